@@ -1,0 +1,46 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TOOLS := .tools
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(VENV)/.base: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-deps -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.base requirements-dev.txt
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+# Azurite (Azure Blob emulator) comes from the npm registry; the tests start it on loopback.
+$(TOOLS)/.azurite: Makefile
+	mkdir -p $(TOOLS)
+	npm install --silent --no-audit --no-fund --prefix $(TOOLS) azurite@3
+	touch $@
+
+demo: $(VENV)/.base
+	$(PY) -m scripts.placement
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(VENV)/.dev
+	$(VENV)/bin/mypy
+
+pytest: $(VENV)/.dev $(TOOLS)/.azurite
+	$(VENV)/bin/pytest
+
+test: lint typecheck pytest
+
+bench: $(VENV)/.dev
+	$(PY) -m benchmarks.placement_cli
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,181 @@
+"""Object storage by URL (s3://, gs://, az://, file://, memory://) with create-only writes.
+
+`Store` is the one way spot-eval code reaches the run record. Keys are relative to the store URL's
+prefix, e.g. `Store.open("s3://bucket/evals").put_new("runs/r1/results/e1.json", b"...")` writes
+`s3://bucket/evals/runs/r1/results/e1.json`.
+
+Options (`store_options` in the agent's config) are passed through to obstore: client options such
+as `allow_http`, `timeout`, `connect_timeout` go to the HTTP client; `max_retries`, `retry_timeout`
+and `init_backoff_s` to the retry policy; everything else (`endpoint`, `region`,
+`access_key_id`, `secret_access_key`, `account_name`, `use_emulator`, ...) to the store itself.
+Absent keys come from the standard environment (AWS_*, GOOGLE_*, AZURE_* variables, instance
+identity), as obstore reads them.
+
+Create-only writes (`put_new`) rely on the service: S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`,
+Azure `If-None-Match: *`, a local file opened exclusively. The GCS emulator used in tests does not
+enforce preconditions; real GCS does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Final
+from urllib.parse import urlparse
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
+from obstore.store import from_url
+
+SCHEMES: Final = ("s3", "gs", "az", "file", "memory")
+_CLIENT_KEYS: Final = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "default_content_type",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "timeout",
+        "read_timeout",
+        "user_agent",
+    }
+)
+_RETRY_KEYS: Final = frozenset({"max_retries", "retry_timeout", "init_backoff_s", "max_backoff_s"})
+
+
+class StoreError(Exception):
+    """The store cannot be opened or did not answer; the message names the URL or key."""
+
+
+def _duration(value: object, key: str) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise StoreError(f"store_options.{key}: must be a number of seconds >= 0, got {value!r}")
+    return timedelta(seconds=float(value))
+
+
+def check_url(url: object) -> str:
+    """A store URL with a known scheme and a bucket/container/path; raises StoreError otherwise."""
+    if not isinstance(url, str) or "://" not in url:
+        raise StoreError(
+            f"store URL {url!r} must look like s3://bucket/prefix, gs://, az://container/, file:///path"
+        )
+    parsed = urlparse(url)
+    if parsed.scheme not in SCHEMES:
+        raise StoreError(f"store URL {url!r}: unknown scheme {parsed.scheme!r} (known: {', '.join(SCHEMES)})")
+    if parsed.scheme in ("s3", "gs", "az") and not parsed.netloc:
+        raise StoreError(f"store URL {url!r} names no bucket or container")
+    if parsed.scheme == "file" and (
+        parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")
+    ):
+        raise StoreError(f"store URL {url!r}: file URLs need an absolute path (file:///path)")
+    return url
+
+
+class Store:
+    """A bucket (or folder) addressed by URL; all keys are relative to the URL's prefix."""
+
+    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+        self.url = check_url(url).rstrip("/") + "/"
+        opts = dict(options or {})
+        client: dict[str, Any] = {}
+        retry: dict[str, Any] = {}
+        config: dict[str, Any] = {}
+        for key, value in opts.items():
+            if key in _CLIENT_KEYS:
+                timeout = key.endswith("timeout") and not isinstance(value, str)
+                client[key] = _duration(value, key) if timeout else value
+            elif key in _RETRY_KEYS:
+                retry[key] = value
+            elif value is not None:
+                config[key] = value
+        scheme = urlparse(self.url).scheme
+        kwargs: dict[str, Any] = {}
+        if scheme == "file":
+            path = urlparse(self.url).path
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"store URL {url!r}: cannot create folder: {exc}") from None
+        elif scheme != "memory":
+            if client:
+                kwargs["client_options"] = client
+            if retry:
+                kwargs["retry_config"] = {
+                    "max_retries": int(retry.get("max_retries", 3)),
+                    "retry_timeout": _duration(retry.get("retry_timeout", 30), "retry_timeout"),
+                    "backoff": {
+                        "init_backoff": _duration(retry.get("init_backoff_s", 0.1), "init_backoff_s"),
+                        "max_backoff": _duration(retry.get("max_backoff_s", 5), "max_backoff_s"),
+                        "base": 2.0,
+                    },
+                }
+            kwargs.update(config)
+        elif config or client:
+            raise StoreError(f"store URL {url!r}: memory stores take no options")
+        try:
+            self._store = from_url(self.url, **kwargs)
+        except (BaseError, ValueError, TypeError) as exc:
+            raise StoreError(f"store {url!r} cannot be opened: {_short(exc)}") from None
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def join(self, key: str) -> str:
+        """The full URL of a key (for messages and reports)."""
+        return self.url + key
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes, or None when it does not exist."""
+        try:
+            return bytes(obstore.get(self._store, key).bytes())
+        except FileNotFoundError:
+            return None
+        except (BaseError, OSError) as exc:
+            raise StoreError(f"get {self.join(key)}: {_short(exc)}") from None
+
+    def exists(self, key: str) -> bool:
+        try:
+            obstore.head(self._store, key)
+        except FileNotFoundError:
+            return False
+        except (BaseError, OSError) as exc:
+            raise StoreError(f"head {self.join(key)}: {_short(exc)}") from None
+        return True
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        """Create-only write: True if this call created the object, False if it already existed."""
+        try:
+            obstore.put(self._store, key, data, mode="create")
+        except (AlreadyExistsError, PreconditionError, FileExistsError):
+            return False
+        except (BaseError, OSError) as exc:
+            raise StoreError(f"put {self.join(key)}: {_short(exc)}") from None
+        return True
+
+    def put(self, key: str, data: bytes) -> None:
+        """Overwrite (or create) an object. The run record never needs this; reports and bundles may."""
+        try:
+            obstore.put(self._store, key, data)
+        except (BaseError, OSError) as exc:
+            raise StoreError(f"put {self.join(key)}: {_short(exc)}") from None
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key under `prefix` (recursively), sorted."""
+        keys: list[str] = []
+        try:
+            for batch in obstore.list(self._store, prefix=prefix, chunk_size=1000):
+                keys.extend(str(meta["path"]) for meta in batch)
+        except FileNotFoundError:
+            return []
+        except (BaseError, OSError) as exc:
+            raise StoreError(f"list {self.join(prefix)}: {_short(exc)}") from None
+        return sorted(keys)
+
+
+def _short(exc: BaseException) -> str:
+    """First line of an obstore error (they carry multi-line debug dumps)."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
