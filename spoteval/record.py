@@ -140,8 +140,8 @@ def check_id(value: object, what: str) -> str:
 
 
 def node_segment(node: str) -> str:
-    """A node id made safe for an event object's name (no `-` ambiguity matters: names sort by time)."""
-    return re.sub(r"[^A-Za-z0-9._]", "_", node) or "node"
+    """A node id made safe as part of an event object's name (the name sorts by its leading time)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", node) or "node"
 
 
 @dataclass(frozen=True)
