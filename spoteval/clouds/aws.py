@@ -1,0 +1,204 @@
+"""AWS EC2 control plane (boto3): spot price history, instance state, stop/start, FIS interruption.
+
+Credentials, region and endpoint come from the standard environment as boto3 reads it
+(`AWS_PROFILE`, `AWS_ACCESS_KEY_ID`, ..., `AWS_ENDPOINT_URL`); the region is the stack's.
+
+- Price: `describe_spot_price_history` for the node's instance type and zone; the newest entry is
+  the effective price (`price_source` `api`). On-demand nodes, or no history: the configured price.
+- Stop/start: `stop_instances` / `start_instances`, then polling `describe_instances`. A spot
+  instance that EC2 stopped by an interruption can only be restarted by EC2 (persistent request):
+  `start()` then waits for EC2 to bring it back.
+- Preemption: the FIS experiment template given in the config (action
+  `aws:ec2:send-spot-instance-interruptions`), then waiting until the instance is stopped.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from spoteval.clouds import (
+    PRIVATE_ADDRESS_KINDS,
+    ControlPlaneError,
+    NodeState,
+    PlaneConfig,
+    Price,
+    StackOutputs,
+    configured_price,
+    wait_for,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.client import EC2Client
+    from mypy_boto3_ec2.type_defs import InstanceTypeDef
+
+_STATES: Final = {
+    "pending": "pending",
+    "running": "running",
+    "stopping": "stopping",
+    "stopped": "stopped",
+    "shutting-down": "terminated",
+    "terminated": "terminated",
+}
+#: StateReason codes of a spot instance that EC2 stopped by an interruption (only EC2 restarts it).
+_INTERRUPTED: Final = ("Server.SpotInstanceShutdown", "Server.SpotInstanceTermination")
+
+
+def _error(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        return f"{err.get('Code', 'error')}: {err.get('Message', '')}".strip()
+    return str(exc)
+
+
+class AwsPlane:
+    provider = "aws"
+    restarts_itself = True
+    can_stay_stopped = True
+
+    def __init__(
+        self, outputs: StackOutputs, node: str, config: PlaneConfig, ec2: EC2Client, fis: Any = None
+    ):
+        self.outputs = outputs
+        self.node = node
+        self.config = config
+        self.ec2 = ec2
+        self.fis = fis
+
+    @classmethod
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> AwsPlane:
+        try:
+            session = boto3.session.Session(region_name=outputs.region)
+            ec2 = session.client("ec2")
+            fis = session.client("fis") if config.fis_template_id else None
+        except BotoCoreError as exc:
+            raise ControlPlaneError(f"aws {outputs.region}: cannot create the EC2 client: {exc}") from None
+        return cls(outputs, node, config, ec2, fis)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _describe(self) -> InstanceTypeDef:
+        try:
+            reply = self.ec2.describe_instances(InstanceIds=[self.node])
+        except (ClientError, BotoCoreError) as exc:
+            raise ControlPlaneError(f"aws describe_instances {self.node}: {_error(exc)}") from None
+        for reservation in reply.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                if instance.get("InstanceId") == self.node:
+                    return instance
+        raise ControlPlaneError(f"aws describe_instances {self.node}: no such instance")
+
+    def state(self) -> NodeState:
+        instance = self._describe()
+        raw = instance.get("State", {}).get("Name", "unknown")
+        reason = instance.get("StateReason", {})
+        return NodeState(
+            _STATES.get(raw, "unknown"),
+            raw,
+            {"state_reason": reason.get("Code"), "lifecycle": instance.get("InstanceLifecycle")},
+        )
+
+    def address(self) -> str | None:
+        instance = self._describe()
+        private = instance.get("PrivateIpAddress")
+        if self.outputs.address_kind in PRIVATE_ADDRESS_KINDS:
+            return private
+        return instance.get("PublicIpAddress") or private
+
+    def _zone(self) -> str | None:
+        if self.outputs.zone:
+            return self.outputs.zone
+        return self._describe().get("Placement", {}).get("AvailabilityZone")
+
+    def price_now(self) -> Price:
+        if self.outputs.market != "spot":
+            return configured_price(self.config, reason="on-demand price is not read from an API")
+        zone = self._zone()
+        kwargs: dict[str, Any] = {
+            "InstanceTypes": [self.outputs.instance_type],
+            "ProductDescriptions": ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+            "StartTime": datetime.now(timezone.utc),
+        }
+        if zone:
+            kwargs["AvailabilityZone"] = zone
+        try:
+            history = self.ec2.describe_spot_price_history(**kwargs).get("SpotPriceHistory", [])
+        except (ClientError, BotoCoreError) as exc:
+            raise ControlPlaneError(
+                f"aws describe_spot_price_history {self.outputs.instance_type} in {zone}: {_error(exc)}"
+            ) from None
+        entries = [
+            e
+            for e in history
+            if e.get("InstanceType") == self.outputs.instance_type
+            and (not zone or e.get("AvailabilityZone") == zone)
+            and str(e.get("ProductDescription", "")).startswith("Linux/UNIX")
+            and "SpotPrice" in e
+        ]
+        if not entries:
+            return configured_price(
+                self.config, reason=f"no spot price history for {self.outputs.instance_type} in {zone}"
+            )
+        newest = max(entries, key=lambda e: e.get("Timestamp") or datetime.min.replace(tzinfo=timezone.utc))
+        stamp = newest.get("Timestamp")
+        return Price(
+            float(newest["SpotPrice"]),
+            "USD",
+            "api",
+            {
+                "zone": newest.get("AvailabilityZone"),
+                "since": stamp.astimezone(timezone.utc).isoformat() if stamp else None,
+                "product": newest.get("ProductDescription"),
+            },
+        )
+
+    # --- acting -----------------------------------------------------------------------------
+
+    def _wait(self, want: str, timeout_s: float, what: str) -> NodeState:
+        return wait_for(self.state, {want}, timeout_s=timeout_s, poll_s=self.config.poll_s, what=what)
+
+    def stop(self, timeout_s: float) -> None:
+        what = f"aws stop {self.node}"
+        if self.state().stopped:
+            return
+        try:
+            self.ec2.stop_instances(InstanceIds=[self.node])
+        except (ClientError, BotoCoreError) as exc:
+            raise ControlPlaneError(f"{what}: {_error(exc)}") from None
+        self._wait("stopped", timeout_s, what)
+
+    def start(self, timeout_s: float) -> None:
+        what = f"aws start {self.node}"
+        current = self.state()
+        if current.running:
+            return
+        if current.status == "stopping":
+            current = self._wait("stopped", timeout_s, what)
+        if current.status == "stopped":
+            try:
+                self.ec2.start_instances(InstanceIds=[self.node])
+            except (ClientError, BotoCoreError) as exc:
+                if current.details.get("state_reason") not in _INTERRUPTED:
+                    raise ControlPlaneError(f"{what}: {_error(exc)}") from None
+                # Stopped by an interruption: only EC2 restarts it, when capacity returns.
+        self._wait("running", timeout_s, what)
+
+    def simulate_preemption(self, timeout_s: float) -> str:
+        what = f"aws preempt {self.node}"
+        template = self.config.fis_template_id
+        if not template or self.fis is None:
+            raise ControlPlaneError(
+                f"{what}: needs an AWS FIS experiment template with the action "
+                "aws:ec2:send-spot-instance-interruptions (--fis-template ID)"
+            )
+        try:
+            reply = self.fis.start_experiment(experimentTemplateId=template, clientToken=str(uuid.uuid4()))
+        except (ClientError, BotoCoreError) as exc:
+            raise ControlPlaneError(f"{what}: FIS start_experiment {template}: {_error(exc)}") from None
+        self._wait("stopped", timeout_s, what)
+        experiment = reply.get("experiment", {}).get("id")
+        return f"fis:{experiment or template}"

@@ -1,0 +1,317 @@
+"""GCP Compute Engine control plane (google-cloud-compute): state, stop/start, address, Catalog price.
+
+Credentials come from Application Default Credentials. A node id is the instance's resource path
+(`projects/P/zones/Z/instances/NAME`, optionally as a full URL) or a bare name, with the project
+from the config (`gcp_project`, else `GOOGLE_CLOUD_PROJECT`) and the zone from the outputs.
+
+- State: the instance's `status`; GCP's `TERMINATED` is a stopped instance (disks kept).
+- Stop/start: `instances.stop` / `instances.start` (waiting for the operation), then polling.
+  GCP has no API to preempt a VM on request: `simulate_preemption()` stops it, as
+  `gcloud compute instances stop` does in GCP's own advice.
+- Price: with a Cloud Billing API key, the Catalog's Compute Engine SKUs
+  (`services/6F81-5844-456A/skus`): the machine type's vCPUs x the family's
+  "Spot Preemptible <FAMILY> Instance Core" price + its GiB of memory x the "... Instance Ram" price
+  + each GPU x the "Spot Preemptible <GPU> GPU" price, for SKUs whose `serviceRegions` list the
+  region. Without a key, or when a part has no SKU: the configured price.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+from google.cloud import compute_v1
+
+from spoteval.clouds import (
+    PRIVATE_ADDRESS_KINDS,
+    ControlPlaneError,
+    HttpGet,
+    NodeState,
+    PlaneConfig,
+    Price,
+    StackOutputs,
+    configured_price,
+    http_get_json,
+    wait_for,
+)
+
+COMPUTE_SERVICE: Final = "services/6F81-5844-456A"
+CATALOG_URL: Final = "https://cloudbilling.googleapis.com/v1"
+_STATES: Final = {
+    "PROVISIONING": "pending",
+    "STAGING": "pending",
+    "REPAIRING": "pending",
+    "RUNNING": "running",
+    "STOPPING": "stopping",
+    "SUSPENDING": "stopping",
+    "STOPPED": "stopped",
+    "SUSPENDED": "stopped",
+    "TERMINATED": "stopped",
+}
+_PATH = re.compile(r"(?:^|/)projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$")
+_CORE = re.compile(r"^Spot Preemptible (?P<family>\S+)(?: Predefined)? Instance Core running in ")
+_RAM = re.compile(r"^Spot Preemptible (?P<family>\S+)(?: Predefined)? Instance Ram running in ")
+_GPU = re.compile(
+    r"^(?:Spot Preemptible (?P<a>.+?) GPU running in "
+    r"|(?P<b>.+?) GPU attached to Spot Preemptible VMs running in )"
+)
+_GPU_NOISE: Final = frozenset({"nvidia", "tesla", "gpu", "amd"})
+
+
+def gpu_tokens(name: str) -> frozenset[str]:
+    """A GPU name as a set of tokens, so `nvidia-tesla-t4` matches `Nvidia Tesla T4`."""
+    return frozenset(t for t in re.split(r"[^a-z0-9]+", name.lower()) if t and t not in _GPU_NOISE)
+
+
+def unit_price(sku: Mapping[str, Any]) -> tuple[float, str, str] | None:
+    """(price per unit, currency, usage unit) of a Catalog SKU's newest pricing, first tier."""
+    infos = sku.get("pricingInfo") or []
+    if not infos:
+        return None
+    expression = infos[-1].get("pricingExpression") or {}
+    rates = expression.get("tieredRates") or []
+    if not rates:
+        return None
+    rate = min(rates, key=lambda r: float(r.get("startUsageAmount") or 0))
+    money = rate.get("unitPrice") or {}
+    value = int(money.get("units") or 0) + int(money.get("nanos") or 0) / 1e9
+    return value, str(money.get("currencyCode") or "USD"), str(expression.get("usageUnit") or "")
+
+
+@dataclass(frozen=True)
+class MachineShape:
+    family: str
+    vcpus: int
+    memory_gib: float
+    gpus: tuple[tuple[str, int], ...]
+
+
+def catalog_price(
+    skus: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]], region: str, shape: MachineShape
+) -> Price | None:
+    """The spot price of `shape` in `region` from Catalog SKUs, or None when a part has no SKU."""
+    core: tuple[float, str] | None = None
+    ram: tuple[float, str] | None = None
+    gpu: dict[frozenset[str], tuple[float, str]] = {}
+    used: list[str] = []
+    wanted_gpus = {gpu_tokens(name) for name, _ in shape.gpus}
+    for sku in skus:
+        if region not in (sku.get("serviceRegions") or []):
+            continue
+        description = str(sku.get("description") or "")
+        if "Custom" in description or "Sole Tenancy" in description:
+            continue
+        priced = unit_price(sku)
+        if priced is None:
+            continue
+        value, currency, unit = priced
+        if (m := _CORE.match(description)) and m["family"].lower() == shape.family and unit == "h":
+            core = (value, currency)
+        elif (
+            (m := _RAM.match(description)) and m["family"].lower() == shape.family and unit.startswith("GiBy")
+        ):
+            ram = (value, currency)
+        elif (m := _GPU.match(description)) and unit == "h":
+            tokens = gpu_tokens(m["a"] or m["b"])
+            if tokens in wanted_gpus:
+                gpu[tokens] = (value, currency)
+        else:
+            continue
+        used.append(description)
+    missing = []
+    if core is None:
+        missing.append(f"Spot Preemptible {shape.family.upper()} Instance Core")
+    if ram is None:
+        missing.append(f"Spot Preemptible {shape.family.upper()} Instance Ram")
+    missing += [f"Spot Preemptible {n} GPU" for n, _ in shape.gpus if gpu_tokens(n) not in gpu]
+    if missing or core is None or ram is None:
+        return None
+    currencies = {core[1], ram[1], *(c for _, c in gpu.values())}
+    if len(currencies) != 1:
+        return None
+    total = shape.vcpus * core[0] + shape.memory_gib * ram[0]
+    total += sum(count * gpu[gpu_tokens(name)][0] for name, count in shape.gpus)
+    return Price(round(total, 6), currencies.pop(), "api", {"skus": sorted(set(used)), "region": region})
+
+
+class GcpPlane:
+    provider = "gcp"
+    restarts_itself = False
+    can_stay_stopped = True
+
+    def __init__(
+        self,
+        outputs: StackOutputs,
+        node: str,
+        config: PlaneConfig,
+        instances: compute_v1.InstancesClient,
+        machine_types: compute_v1.MachineTypesClient | None = None,
+        *,
+        catalog_url: str = CATALOG_URL,
+        http_get: HttpGet = http_get_json,
+    ) -> None:
+        self.outputs = outputs
+        self.node = node
+        self.config = config
+        self.instances = instances
+        self.machine_types = machine_types
+        self.catalog_url = catalog_url.rstrip("/")
+        self.http_get = http_get
+        m = _PATH.search(node)
+        if m:
+            self.project, self.zone, self.name = m["project"], m["zone"], m["name"]
+        else:
+            project = config.gcp_project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+            if not project or not outputs.zone or "/" in node:
+                raise ControlPlaneError(
+                    f"gcp node {node!r}: give projects/P/zones/Z/instances/NAME, or a name with the "
+                    "outputs' zone and GOOGLE_CLOUD_PROJECT set"
+                )
+            self.project, self.zone, self.name = project, outputs.zone, node
+
+    @classmethod
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> GcpPlane:
+        try:
+            instances = compute_v1.InstancesClient()
+            machine_types = compute_v1.MachineTypesClient() if config.gcp_billing_api_key else None
+        except (auth_exc.GoogleAuthError, ValueError) as exc:
+            raise ControlPlaneError(f"gcp: cannot create the Compute client: {exc}") from None
+        return cls(outputs, node, config, instances, machine_types)
+
+    @property
+    def _where(self) -> str:
+        return f"{self.project}/{self.zone}/{self.name}"
+
+    def _get(self) -> compute_v1.Instance:
+        try:
+            return self.instances.get(project=self.project, zone=self.zone, instance=self.name)
+        except gexc.NotFound:
+            raise ControlPlaneError(f"gcp get {self._where}: no such instance") from None
+        except (gexc.GoogleAPIError, auth_exc.GoogleAuthError) as exc:
+            raise ControlPlaneError(f"gcp get {self._where}: {exc}") from None
+
+    def state(self) -> NodeState:
+        raw = str(self._get().status or "UNKNOWN")
+        return NodeState(_STATES.get(raw, "unknown"), raw)
+
+    def address(self) -> str | None:
+        instance = self._get()
+        interfaces = list(instance.network_interfaces)
+        if not interfaces:
+            return None
+        private = interfaces[0].network_i_p or None
+        if self.outputs.address_kind in PRIVATE_ADDRESS_KINDS:
+            return private
+        for interface in interfaces:
+            for config in interface.access_configs:
+                if config.nat_i_p:
+                    return str(config.nat_i_p)
+        return private
+
+    # --- price --------------------------------------------------------------------------------
+
+    def _shape(self, instance: compute_v1.Instance) -> MachineShape:
+        machine = instance.machine_type.rsplit("/", 1)[-1] or self.outputs.instance_type
+        family = machine.split("-", 1)[0].lower()
+        gpus: dict[str, int] = {}
+        for acc in instance.guest_accelerators:
+            name = acc.accelerator_type.rsplit("/", 1)[-1]
+            gpus[name] = gpus.get(name, 0) + int(acc.accelerator_count)
+        if self.machine_types is None:
+            raise ControlPlaneError("gcp price: no MachineTypes client")
+        try:
+            mt = self.machine_types.get(project=self.project, zone=self.zone, machine_type=machine)
+        except (gexc.GoogleAPIError, auth_exc.GoogleAuthError) as exc:
+            raise ControlPlaneError(f"gcp machine type {machine} in {self.zone}: {exc}") from None
+        for acc2 in mt.accelerators:
+            name = acc2.guest_accelerator_type
+            gpus[name] = gpus.get(name, 0) + int(acc2.guest_accelerator_count)
+        return MachineShape(family, int(mt.guest_cpus), int(mt.memory_mb) / 1024, tuple(sorted(gpus.items())))
+
+    def _skus(self) -> Iterator[Mapping[str, Any]]:
+        token = ""
+        key = self.config.gcp_billing_api_key or ""
+        for _ in range(1000):
+            query = {"key": key, "currencyCode": self.config.currency, "pageSize": "5000"}
+            if token:
+                query["pageToken"] = token
+            page = self.http_get(f"{self.catalog_url}/{COMPUTE_SERVICE}/skus?{urllib.parse.urlencode(query)}")
+            skus = page.get("skus") or []
+            if not isinstance(skus, list):
+                raise ControlPlaneError("gcp Catalog: `skus` is not a list")
+            yield from (s for s in skus if isinstance(s, Mapping))
+            token = str(page.get("nextPageToken") or "")
+            if not token:
+                return
+        raise ControlPlaneError("gcp Catalog: more than 1000 pages")
+
+    def price_now(self) -> Price:
+        if not self.config.gcp_billing_api_key:
+            return configured_price(self.config, reason="no Cloud Billing API key configured")
+        if self.outputs.market != "spot":
+            return configured_price(self.config, reason="only spot prices are read from the Catalog")
+        shape = self._shape(self._get())
+        skus = [s for s in self._skus() if (s.get("category") or {}).get("usageType") == "Preemptible"]
+        price = catalog_price(skus, self.outputs.region, shape)
+        if price is None:
+            return configured_price(
+                self.config,
+                reason=f"the Catalog has no complete spot price for {shape.family} in {self.outputs.region}",
+            )
+        return Price(price.per_hour, price.currency, "api", {**price.details, "machine": shape.__dict__})
+
+    # --- acting -------------------------------------------------------------------------------
+
+    def _run(self, verb: str, timeout_s: float) -> None:
+        what = f"gcp {verb} {self._where}"
+        call = self.instances.stop if verb == "stop" else self.instances.start
+        try:
+            operation = call(project=self.project, zone=self.zone, instance=self.name)
+            operation.result(timeout=timeout_s)  # type: ignore[no-untyped-call]
+        except (gexc.GoogleAPIError, auth_exc.GoogleAuthError) as exc:
+            raise ControlPlaneError(f"{what}: {exc}") from None
+        except TimeoutError:
+            raise ControlPlaneError(f"{what}: the operation did not finish in {timeout_s:g} s") from None
+
+    def stop(self, timeout_s: float) -> None:
+        if self.state().stopped:
+            return
+        self._run("stop", timeout_s)
+        wait_for(
+            self.state,
+            {"stopped"},
+            timeout_s=timeout_s,
+            poll_s=self.config.poll_s,
+            what=f"gcp stop {self._where}",
+        )
+
+    def start(self, timeout_s: float) -> None:
+        current = self.state()
+        if current.running:
+            return
+        if current.status == "stopping":
+            wait_for(
+                self.state,
+                {"stopped"},
+                timeout_s=timeout_s,
+                poll_s=self.config.poll_s,
+                what=f"gcp start {self._where}",
+            )
+        self._run("start", timeout_s)
+        wait_for(
+            self.state,
+            {"running"},
+            timeout_s=timeout_s,
+            poll_s=self.config.poll_s,
+            what=f"gcp start {self._where}",
+        )
+
+    def simulate_preemption(self, timeout_s: float) -> str:
+        self.stop(timeout_s)
+        return "stop"
