@@ -12,14 +12,23 @@ YAML keys:
     instance_types: [g6.xlarge] # allowed instance / machine types (empty or absent: any)
     max_runtime_hours: 12       # a stop rule: the longest a node may run in one allocation
     idle_minutes: 15            # a stop rule: stop when nothing has been served for this long
+
+Spending checks read the run record: `spend(events)` sums the billed intervals (a node's `start`
+to its next `stop` or `preempted`, or to its last event when still open) priced at the most recent
+`price_per_hour` the node's events carry; `Grant.budget_left`, `Grant.check_budget` and
+`Grant.check_price_now` refuse with a `Refusal` naming the stop reason the record then carries
+(`stop_rule:budget`, `stop_rule:price_cap`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
+
+from spoteval.record import Event
 
 GRANT_KEYS: Final = frozenset(
     {"budget", "price_cap", "currency", "regions", "instance_types", "max_runtime_hours", "idle_minutes"}
@@ -32,6 +41,118 @@ class GrantError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+
+
+class Refusal(GrantError):
+    """The grant refuses an action that spends money; `stop_reason` is the record's reason for it."""
+
+    def __init__(self, key: str, message: str, stop_reason: str) -> None:
+        super().__init__(key, message)
+        self.stop_reason = stop_reason
+
+
+#: Event kinds that end a node's billed interval, and the one that opens it.
+_CLOSING: Final = frozenset({"stop", "preempted"})
+
+
+@dataclass(frozen=True)
+class BilledInterval:
+    """A stretch of one node's billed time at one price (None: the record has no price for it)."""
+
+    node: str
+    start: datetime
+    end: datetime
+    price_per_hour: float | None
+    currency: str | None
+    closed_by: str  # the event kind that ended it, "open" (last event seen) or "now"
+
+    @property
+    def hours(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds() / 3600)
+
+    @property
+    def cost(self) -> float | None:
+        return None if self.price_per_hour is None else self.hours * self.price_per_hour
+
+
+def billed_intervals(events: Iterable[Event], now: datetime | None = None) -> list[BilledInterval]:
+    """Every billed stretch in the record, per node, in time order.
+
+    A `start` opens a node's interval; `stop` or `preempted` closes it. Events of the node in between
+    (heartbeats, ready, notices) split it where they carry a new price. An interval still open at the
+    end runs to `now` when given, else to the node's last event. A second `start` with no stop between
+    closes the first at the node's last event before it (the stop went unrecorded).
+    """
+    by_node: dict[str, list[Event]] = {}
+    for event in events:
+        if event.node:
+            by_node.setdefault(event.node, []).append(event)
+    out: list[BilledInterval] = []
+    for node, node_events in sorted(by_node.items()):
+        out.extend(_node_intervals(node, sorted(node_events, key=lambda e: e.time), now))
+    return out
+
+
+def _node_intervals(node: str, events: list[Event], now: datetime | None) -> list[BilledInterval]:
+    out: list[BilledInterval] = []
+    since: datetime | None = None
+    last_seen: datetime | None = None
+    price: float | None = None
+    currency: str | None = None
+    for event in events:
+        if event.kind == "start":
+            if since is not None and last_seen is not None:
+                out.append(BilledInterval(node, since, last_seen, price, currency, "open"))
+            since = last_seen = event.time
+            price, currency = event.price_per_hour, event.currency
+        elif since is None:
+            continue
+        elif event.kind in _CLOSING:
+            out.append(BilledInterval(node, since, max(event.time, since), price, currency, event.kind))
+            since = last_seen = None
+        else:
+            last_seen = event.time
+            priced = (event.price_per_hour, event.currency)
+            if event.price_per_hour is not None and priced != (price, currency):
+                out.append(BilledInterval(node, since, event.time, price, currency, "price"))
+                since, price, currency = event.time, event.price_per_hour, event.currency
+    if since is not None and last_seen is not None:
+        if now is not None:
+            out.append(BilledInterval(node, since, max(now, last_seen), price, currency, "now"))
+        else:
+            out.append(BilledInterval(node, since, last_seen, price, currency, "open"))
+    return out
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What the record says was spent: `amount` over the priced hours, plus hours with no price."""
+
+    amount: float
+    hours: float
+    unpriced_hours: float
+    currencies: tuple[str, ...]
+    intervals: tuple[BilledInterval, ...]
+
+    def cost(self, fallback_price: float | None = None) -> float | None:
+        """The total, with unpriced hours at `fallback_price`; None if some hours cannot be priced."""
+        if self.unpriced_hours <= 0:
+            return self.amount
+        if fallback_price is None:
+            return None
+        return self.amount + self.unpriced_hours * fallback_price
+
+
+def spend(events: Iterable[Event], now: datetime | None = None) -> Spend:
+    intervals = tuple(billed_intervals(events, now))
+    priced = [i for i in intervals if i.price_per_hour is not None]
+    return Spend(
+        amount=sum(i.cost or 0.0 for i in priced),
+        hours=sum(i.hours for i in intervals),
+        unpriced_hours=sum(i.hours for i in intervals if i.price_per_hour is None),
+        currencies=tuple(sorted({i.currency for i in priced if i.currency})),
+        intervals=intervals,
+    )
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, *, positive: bool = False) -> float | None:
@@ -119,3 +240,82 @@ class Grant:
         """A declared max price (bid) must not exceed the hourly cap."""
         if self.price_cap is not None and max_price > self.price_cap:
             raise GrantError(key, f"{max_price} per hour is above the grant's price_cap {self.price_cap}")
+
+    # --- spending checks (read the run record; they never start anything) -------------------
+
+    def budget_left(
+        self, events: Iterable[Event], *, now: datetime | None = None, fallback_price: float | None = None
+    ) -> float | None:
+        """The budget minus what the record shows was spent; None when the grant sets no budget.
+
+        Hours the record has no price for are counted at `fallback_price` (e.g. the price now);
+        without one they make the budget uncheckable, which is a refusal.
+        """
+        if self.budget is None:
+            return None
+        spent = spend(events, now)
+        other = [c for c in spent.currencies if c != self.currency]
+        if other:
+            raise Refusal(
+                "budget",
+                f"the record has prices in {', '.join(other)} but the grant's budget is in {self.currency}",
+                "stop_rule:budget",
+            )
+        cost = spent.cost(fallback_price)
+        if cost is None:
+            raise Refusal(
+                "budget",
+                f"{spent.unpriced_hours:.3f} billed hours in the record have no price, so the budget "
+                "cannot be checked",
+                "stop_rule:budget",
+            )
+        return self.budget - cost
+
+    def check_budget(
+        self,
+        events: Iterable[Event],
+        *,
+        next_hours: float,
+        price_per_hour: float | None,
+        now: datetime | None = None,
+        key: str = "budget",
+    ) -> float | None:
+        """Refuse a start that could run the budget out within `next_hours`; returns the budget left."""
+        left = self.budget_left(events, now=now, fallback_price=price_per_hour)
+        if left is None:
+            return None
+        if price_per_hour is None and next_hours > 0:
+            raise Refusal(
+                key, "the price now is unknown, so the budget cannot be checked", "stop_rule:budget"
+            )
+        need = next_hours * (price_per_hour or 0.0)
+        if left <= 0 or need > left:
+            raise Refusal(
+                key,
+                f"{left:.4f} {self.currency} of the budget {self.budget:g} is left; the next start may cost "
+                f"up to {need:.4f} ({next_hours:.3f} h at {price_per_hour})",
+                "stop_rule:budget",
+            )
+        return left
+
+    def check_price_now(self, per_hour: float | None, currency: str, key: str = "price_cap") -> None:
+        """Refuse a start when the price read just before it is above the cap (or cannot be known)."""
+        if self.price_cap is None:
+            return
+        if per_hour is None:
+            raise Refusal(
+                key, "the price now is unknown, so the price_cap cannot be checked", "stop_rule:price_cap"
+            )
+        if currency != self.currency:
+            raise Refusal(
+                key,
+                f"the price now is in {currency} but the grant's price_cap is in {self.currency}",
+                "stop_rule:price_cap",
+            )
+        if per_hour > self.price_cap:
+            raise Refusal(
+                key,
+                f"the price now, {per_hour:g} {currency} per hour, is above the grant's price_cap "
+                f"{self.price_cap:g}",
+                "stop_rule:price_cap",
+            )
