@@ -1,0 +1,1 @@
+"""Companion command-line scripts over spoteval: `python -m scripts.NAME`."""
