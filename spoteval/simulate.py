@@ -1,0 +1,634 @@
+"""Monte-Carlo of the placement model: discrete episodes on C slots, any lifetime distribution.
+
+The process (the renewal model of `spoteval.placement`, made discrete)
+----------------------------------------------------------------------
+One node runs up to C episodes at a time from a shared queue of N episodes. A run is a sequence of
+allocations. Allocation k lives L_k (from its start to the provider taking it back), boots for B_k
+(billed, and lost if the allocation ends first), then its C slots take episodes: episodes cut off by
+the allocation's end lose all progress and are started again first on the next allocation (same
+episode, same length). Between allocations the node waits W_k for capacity (not billed). The first
+allocation starts at time 0 without a wait but with a boot, like on-demand; this first boot is the
+one thing the closed form leaves out (it adds tau * (exp(B/tau) - 1), about B, billed hours), so
+for large N the simulated mean agrees with the closed form.
+
+- Lifetimes L_k: exponential with mean tau (the closed form's assumption), or replayed from a trace
+  (`Empirical` over the lifetimes of `spoteval.lifetime.read_trace`): each allocation's lifetime is
+  drawn independently from the trace's observed (uncensored) lifetimes, and each wait from its
+  observed capacity waits. This keeps the lifetime distribution (its heavy tail of short lifetimes)
+  but not the order of the trace (correlations between successive lifetimes are lost).
+- Waits W_k and boots B_k: fixed, or drawn from any `Sampler` (exponential, empirical).
+- Episode lengths: the workload's single length, or drawn independently from its samples.
+
+Strategies (all on the same random draws, so their differences are not noise):
+- `spot`: spot only, whatever it takes.
+- `spot_safety_net`: spot, switching to on-demand for good once the time left before the deadline
+  is less than the remaining work plus 2B (the rule of "Can't Be Late", NSDI 2024). The remaining
+  work is what on-demand needs: ceil(remaining / C) rounds of the remaining episodes' mean length
+  (unstarted episodes counted at the workload's mean length); episodes in flight at the switch are
+  lost and restart on the on-demand node, which boots for B first and is never preempted.
+- `on_demand`, `non_preemptible`: one boot, then all episodes, never preempted; they differ only in
+  price.
+
+Two engines compute the same process. `lockstep` (single episode length): all slots start together
+after each boot, so an allocation completes floor((L - B) / D) rounds and each step handles one
+allocation of every run at once; this is what makes >= 2000 runs of a typical workload take a few
+milliseconds. `events` (episode samples): each step handles the next event of every run (a slot
+finishing, the allocation ending, or the safety net switching). Both are vectorised over runs with
+numpy and give the same numbers on a single episode length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Final, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from spoteval.placement import PlacementError, Workload, closed_form
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+STRATEGIES: Final = ("spot", "spot_safety_net", "on_demand", "non_preemptible")
+Engine = Literal["auto", "lockstep", "events"]
+
+DEFAULT_RUNS: Final = 2000
+DEFAULT_SEED: Final = 0
+_BLOCK: Final = 32
+
+
+# --- samplers -----------------------------------------------------------------------------------
+
+
+class Sampler(Protocol):
+    """A distribution of durations in hours."""
+
+    @property
+    def mean(self) -> float: ...
+
+    def describe(self) -> str: ...
+
+    def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> FloatArray: ...
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Always the same value (draws no random numbers)."""
+
+    value: float
+
+    @property
+    def mean(self) -> float:
+        return self.value
+
+    def describe(self) -> str:
+        return f"fixed {self.value:g} h"
+
+    def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> FloatArray:
+        return np.full(shape, self.value, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Exponential:
+    """Exponential with the given mean (a mean of 0 is always 0)."""
+
+    mean_hours: float
+
+    @property
+    def mean(self) -> float:
+        return self.mean_hours
+
+    def describe(self) -> str:
+        return f"exponential, mean {self.mean_hours:g} h"
+
+    def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> FloatArray:
+        if self.mean_hours == 0:
+            return np.zeros(shape, dtype=np.float64)
+        return rng.exponential(self.mean_hours, size=shape)
+
+
+@dataclass(frozen=True)
+class Empirical:
+    """Drawn with replacement from observed values (e.g. the lifetimes of a trace)."""
+
+    values: tuple[float, ...]
+    label: str = "observed values"
+
+    def __post_init__(self) -> None:
+        if not self.values or any(not math.isfinite(v) or v < 0 for v in self.values):
+            raise ValueError("Empirical needs at least one finite value >= 0")
+
+    @cached_property
+    def _array(self) -> FloatArray:
+        return np.asarray(self.values, dtype=np.float64)
+
+    @property
+    def mean(self) -> float:
+        return float(self._array.mean())
+
+    def describe(self) -> str:
+        return f"replayed from {len(self.values)} {self.label} (mean {self.mean:.3g} h)"
+
+    def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> FloatArray:
+        return self._array[rng.integers(0, self._array.size, size=shape)]
+
+
+#: Named wait/boot models for command lines: name -> constructor from a mean in hours.
+DURATION_MODELS: Final[Mapping[str, type[Fixed] | type[Exponential]]] = {
+    "fixed": Fixed,
+    "exponential": Exponential,
+}
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    """One strategy over all runs. Costs in the prices' currency, times in hours."""
+
+    mean_cost: float
+    cost_quantiles: tuple[float, float, float]  # p05, p50, p95
+    mean_billed_hours: float
+    mean_wall_hours: float
+    wall_quantiles: tuple[float, float, float]  # p05, p50, p95
+    p_deadline: float | None
+    mean_preemptions: float
+    switched: float | None  # fraction of runs that switched to on-demand (safety net only)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mean_cost": self.mean_cost,
+            "cost_p05": self.cost_quantiles[0],
+            "cost_p50": self.cost_quantiles[1],
+            "cost_p95": self.cost_quantiles[2],
+            "mean_billed_hours": self.mean_billed_hours,
+            "mean_wall_hours": self.mean_wall_hours,
+            "wall_p05_hours": self.wall_quantiles[0],
+            "wall_p50_hours": self.wall_quantiles[1],
+            "wall_p95_hours": self.wall_quantiles[2],
+            "p_deadline": self.p_deadline,
+            "mean_preemptions": self.mean_preemptions,
+            "switched_to_on_demand": self.switched,
+        }
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """The simulated strategies; `skipped` says why a strategy was not simulated."""
+
+    runs: int
+    seed: int
+    engine: str
+    lifetimes: str
+    waits: str
+    boots: str
+    strategies: Mapping[str, StrategyResult]
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "seed": self.seed,
+            "engine": self.engine,
+            "lifetimes": self.lifetimes,
+            "waits": self.waits,
+            "boots": self.boots,
+            "strategies": {name: result.to_json() for name, result in self.strategies.items()},
+            "skipped": dict(self.skipped),
+        }
+
+
+# --- random draws -------------------------------------------------------------------------------
+
+
+class _Draws:
+    """Lifetime, wait and boot of allocation k of every run, generated block by block.
+
+    Columns must be read in order 0, 1, 2, ...; two `_Draws` built from the same seed give the same
+    columns, which is how every strategy sees the same allocations (common random numbers).
+    """
+
+    def __init__(
+        self, runs: int, lifetimes: Sampler, waits: Sampler, boots: Sampler, seed: np.random.SeedSequence
+    ) -> None:
+        self.runs = runs
+        self._samplers = (lifetimes, waits, boots)
+        self._rng = np.random.default_rng(seed)
+        self._block = -1
+        self._data: tuple[FloatArray, FloatArray, FloatArray] | None = None
+
+    def column(self, k: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        block, col = divmod(k, _BLOCK)
+        while self._block < block or self._data is None:
+            shape = (self.runs, _BLOCK)
+            life, wait, boot = (s.sample(self._rng, shape) for s in self._samplers)
+            self._data = (life, wait, boot)
+            self._block += 1
+        life, wait, boot = self._data
+        return life[:, col], wait[:, col], boot[:, col]
+
+
+@dataclass
+class _Outcome:
+    spot_billed: FloatArray
+    od_billed: FloatArray
+    wall: FloatArray
+    switched: BoolArray
+    preemptions: IntArray
+
+    @classmethod
+    def zeros(cls, runs: int) -> _Outcome:
+        return cls(
+            spot_billed=np.zeros(runs),
+            od_billed=np.zeros(runs),
+            wall=np.zeros(runs),
+            switched=np.zeros(runs, dtype=np.bool_),
+            preemptions=np.zeros(runs, dtype=np.int64),
+        )
+
+
+class _TooLong(Exception):
+    pass
+
+
+# --- engine: one episode length -----------------------------------------------------------------
+
+
+def _run_lockstep(
+    w: Workload,
+    draws: _Draws,
+    od_boot: FloatArray,
+    *,
+    reliable: bool,
+    deadline: float | None,
+    max_allocations: int,
+) -> _Outcome:
+    """All C slots in step: an allocation completes floor((L - B) / D) rounds of C episodes."""
+    runs = draws.runs
+    rounds = math.ceil(w.episodes / w.concurrency)
+    length = w.episode_hours
+    reserve = 2 * w.boot_hours
+    out = _Outcome.zeros(runs)
+    if reliable:
+        out.od_billed[:] = od_boot + rounds * length
+        out.wall[:] = out.od_billed
+        return out
+
+    t = np.zeros(runs)
+    left_all = np.full(runs, float(rounds))
+    active = np.arange(runs)
+    k = 0
+    while active.size:
+        if k >= max_allocations:
+            raise _TooLong(f"more than {max_allocations} allocations in a run")
+        life_k, wait_k, boot_k = draws.column(k)
+        life, boot = life_k[active], boot_k[active]
+        start, left = t[active], left_all[active]
+        switch_at = np.full(active.size, np.inf)
+        if deadline is not None:
+            # switch once the clock reaches `latest`: time left < remaining work + 2B
+            latest = deadline - (left * length + reserve)
+            in_wait = (latest < start + wait_k[active]) if k > 0 else np.zeros(active.size, dtype=np.bool_)
+            switch_at = np.where(in_wait, np.maximum(start, latest), switch_at)
+            if k > 0:
+                start = np.where(in_wait, start, start + wait_k[active])
+            # Progress at full speed keeps the slack constant, so if the switch does not come before
+            # the first round ends it does not come during this allocation at all.
+            at = np.maximum(start, latest)
+            in_alloc = ~in_wait & (latest < start + boot + length) & (at < start + life)
+            switch_at = np.where(in_alloc, at, switch_at)
+            spot_part = np.where(in_alloc, at - start, 0.0)
+        else:
+            if k > 0:
+                start = start + wait_k[active]
+            spot_part = np.zeros(active.size)
+        switched = np.isfinite(switch_at)
+        rounds_done = np.floor(np.maximum(life - boot, 0.0) / length)
+        finished = ~switched & (rounds_done >= left)
+        preempted = ~switched & ~finished
+
+        od_add = np.where(switched, od_boot[active] + left * length, 0.0)
+        spot_add = np.where(finished, boot + left * length, np.where(preempted, life, spot_part))
+        end = np.where(
+            finished, start + boot + left * length, np.where(preempted, start + life, switch_at + od_add)
+        )
+        out.spot_billed[active] += spot_add
+        out.od_billed[active] += od_add
+        out.preemptions[active] += preempted
+        out.switched[active] |= switched
+        t[active] = end
+        left_all[active] = np.where(preempted, left - rounds_done, left)
+        done = finished | switched
+        out.wall[active[done]] = end[done]
+        active = active[~done]
+        k += 1
+    return out
+
+
+# --- engine: episode samples --------------------------------------------------------------------
+
+
+def _run_events(
+    w: Workload,
+    draws: _Draws,
+    od_boot: FloatArray,
+    episode_seed: np.random.SeedSequence,
+    *,
+    reliable: bool,
+    deadline: float | None,
+    max_allocations: int,
+) -> _Outcome:
+    """List scheduling of episodes on C slots, event by event, vectorised over runs.
+
+    Each step sorts every run's slots by finish time and completes, in that order, every episode
+    that finishes before any episode started within the step could (its finish is known, since
+    the next lengths are drawn first), before the allocation ends, and before the safety net
+    switches. The i-th completion of a step takes the i-th unstarted episode, so the result is
+    exactly that of handling one event at a time.
+    """
+    runs = draws.runs
+    slots = w.concurrency
+    samples = np.asarray(w.episode_lengths_hours, dtype=np.float64)
+    mean_length = float(samples.mean())
+    reserve = 2 * w.boot_hours
+    rng = np.random.default_rng(episode_seed)
+    max_steps = 20 * w.episodes + 10 * max_allocations
+    rank = np.arange(slots)
+
+    def draw(shape: tuple[int, ...]) -> FloatArray:
+        return samples[rng.integers(0, samples.size, size=shape)]
+
+    def latest_switch(left_n: FloatArray, work_sum: FloatArray) -> FloatArray:
+        """The time at which the safety net switches: deadline - (remaining work + 2B)."""
+        assert deadline is not None
+        work = np.ceil(left_n / slots) * work_sum / np.maximum(left_n, 1)
+        return deadline - (work + reserve)
+
+    out = _Outcome.zeros(runs)
+    held = np.zeros((runs, slots))  # length of the episode a slot runs or will restart; 0 = idle
+    fresh = np.full(runs, w.episodes, dtype=np.int64)  # episodes never started
+    left = np.full(runs, w.episodes, dtype=np.int64)  # episodes not completed
+    t = np.zeros(runs)
+    on_demand = np.full(runs, reliable, dtype=np.bool_)
+    active = np.arange(runs)
+    k = steps = 0
+
+    while active.size:
+        if k >= max_allocations:
+            raise _TooLong(f"more than {max_allocations} allocations in a run")
+        life_k, wait_k, boot_k = draws.column(k)
+        od = on_demand[active]
+        start = t[active]
+        life = np.where(od, np.inf, life_k[active])
+        boot = np.where(od, od_boot[active], boot_k[active])
+        wait = np.where(od, 0.0, wait_k[active]) if k > 0 else np.zeros(active.size)
+        if deadline is not None and k > 0:
+            work_sum = held[active].sum(axis=1) + fresh[active] * mean_length
+            latest = latest_switch(left[active].astype(np.float64), work_sum)
+            in_wait = ~od & (latest < start + wait)
+            start = np.where(in_wait, np.maximum(start, latest), start + wait)
+            life = np.where(in_wait, np.inf, life)
+            boot = np.where(in_wait, od_boot[active], boot)
+            od = od | in_wait
+            on_demand[active] = od
+            out.switched[active] |= in_wait
+        else:
+            start = start + wait
+        k += 1
+
+        # Fill the idle slots with unstarted episodes; held (interrupted) episodes restart first.
+        ids = active.copy()
+        hl = held[ids]
+        fr = fresh[ids]
+        lf = left[ids]
+        idle = hl == 0
+        take = idle & (np.cumsum(idle, axis=1) <= fr[:, None])
+        hl = np.where(take, draw(hl.shape), hl)
+        fr = fr - take.sum(axis=1)
+        hsum = hl.sum(axis=1)
+        finish = np.where(hl > 0, (start + boot)[:, None] + hl, np.inf)
+        ends = start + life
+        now = start.copy()
+        starts = start
+        ods = od
+
+        while ids.size:
+            steps += 1
+            if steps > max_steps:
+                raise _TooLong(f"more than {max_steps} steps")
+            m = ids.size
+            order = np.argsort(finish, axis=1)
+            cells = (np.arange(m)[:, None], order)
+            fs = finish[cells]
+            hs = hl[cells]
+            gets = rank[None, :] < fr[:, None]  # the i-th completion takes the i-th unstarted episode
+            new = np.where(gets, draw((m, slots)), 0.0)
+            new_finish = np.where(gets, fs + new, np.inf)
+            before = np.minimum.accumulate(new_finish, axis=1)
+            bound = np.minimum(
+                np.concatenate([np.full((m, 1), np.inf), before[:, :-1]], axis=1), ends[:, None]
+            )
+            ok = np.logical_and.accumulate(np.isfinite(fs) & (fs <= bound), axis=1)
+            n_ok = ok.sum(axis=1)
+
+            if deadline is not None:
+                # state before the j-th completion of this step, for the switch rule
+                taken = np.cumsum(gets, axis=1) - gets
+                left_j = lf[:, None] - rank[None, :]
+                sum_j = (
+                    hsum[:, None]
+                    - (np.cumsum(hs, axis=1) - hs)
+                    + (np.cumsum(new, axis=1) - new)
+                    + (fr[:, None] - taken) * mean_length
+                )
+                latest_j = latest_switch(left_j.astype(np.float64), sum_j)
+                latest_j = np.where(ods[:, None], np.inf, latest_j)  # on-demand never switches
+                checked = rank[None, :] < np.maximum(n_ok, 1)[:, None]
+                fires = checked & (latest_j < np.minimum(fs, ends[:, None]))
+                any_fire = fires.any(axis=1)
+                first = np.where(any_fire, fires.argmax(axis=1), slots)
+                n_proc = np.minimum(n_ok, first)
+                latest = latest_j[np.arange(m), np.minimum(first, slots - 1)]
+            else:
+                any_fire = np.zeros(m, dtype=np.bool_)
+                n_proc = n_ok
+                latest = np.full(m, np.inf)
+
+            done = rank[None, :] < n_proc[:, None]
+            if done.any():
+                lf = lf - n_proc
+                fr = fr - (gets & done).sum(axis=1)
+                hsum = hsum + np.where(done, new - hs, 0.0).sum(axis=1)
+                hl[cells] = np.where(done, new, hs)
+                finish[cells] = np.where(done, new_finish, fs)
+                last = np.maximum(n_proc - 1, 0)
+                now = np.where(n_proc > 0, fs[np.arange(m), last], now)
+
+            finished = lf == 0
+            switch = any_fire & ~finished
+            preempt = ~finished & ~switch & (n_ok == 0)
+            leave = finished | switch | preempt
+            if not leave.any():
+                continue
+            stop = np.where(finished, now, np.where(preempt, ends, np.maximum(now, latest)))
+            billed = stop - starts
+            lid = ids[leave]
+            out.spot_billed[lid] += np.where(ods[leave], 0.0, billed[leave])
+            out.od_billed[lid] += np.where(ods[leave], billed[leave], 0.0)
+            out.preemptions[lid] += preempt[leave]
+            out.switched[lid] |= switch[leave]
+            on_demand[lid] |= switch[leave]
+            t[lid] = stop[leave]
+            held[lid] = hl[leave]  # in-flight episodes are lost: they restart on the next allocation
+            fresh[lid] = fr[leave]
+            left[lid] = lf[leave]
+            out.wall[ids[finished]] = stop[finished]
+            keep = ~leave
+            ids, hl, fr, lf, hsum = ids[keep], hl[keep], fr[keep], lf[keep], hsum[keep]
+            finish, ends, now, starts, ods = finish[keep], ends[keep], now[keep], starts[keep], ods[keep]
+        active = active[left[active] > 0]
+    return out
+
+
+# --- the simulation -----------------------------------------------------------------------------
+
+
+def _summary(
+    cost: FloatArray,
+    billed: FloatArray,
+    outcome: _Outcome,
+    deadline: float | None,
+    switched: bool,
+) -> StrategyResult:
+    cq = np.quantile(cost, [0.05, 0.5, 0.95])
+    wq = np.quantile(outcome.wall, [0.05, 0.5, 0.95])
+    return StrategyResult(
+        mean_cost=float(cost.mean()),
+        cost_quantiles=(float(cq[0]), float(cq[1]), float(cq[2])),
+        mean_billed_hours=float(billed.mean()),
+        mean_wall_hours=float(outcome.wall.mean()),
+        wall_quantiles=(float(wq[0]), float(wq[1]), float(wq[2])),
+        p_deadline=None if deadline is None else float(np.mean(outcome.wall <= deadline)),
+        mean_preemptions=float(outcome.preemptions.mean()),
+        switched=float(outcome.switched.mean()) if switched else None,
+    )
+
+
+def simulate(
+    workload: Workload,
+    *,
+    runs: int = DEFAULT_RUNS,
+    seed: int = DEFAULT_SEED,
+    lifetimes: Sampler | None = None,
+    waits: Sampler | None = None,
+    boots: Sampler | None = None,
+    engine: Engine = "auto",
+    strategies: Sequence[str] = STRATEGIES,
+    max_allocations: int = 20_000,
+) -> Simulation:
+    """Simulate `runs` runs of every strategy that applies to `workload`.
+
+    Defaults: exponential lifetimes with the workload's tau, fixed W and B. A strategy is skipped
+    (with the reason in `Simulation.skipped`) when it has no price, when the safety net has no
+    deadline, or when spot would need more than `max_allocations` allocations in a run.
+    """
+    if runs < 1:
+        raise PlacementError("runs", f"must be >= 1, got {runs}")
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise PlacementError(
+            "strategies", f"unknown strategy {unknown[0]!r} (known: {', '.join(STRATEGIES)})"
+        )
+    lifetimes = lifetimes or Exponential(workload.lifetime_hours)
+    waits = waits or Fixed(workload.wait_hours)
+    boots = boots or Fixed(workload.boot_hours)
+    if engine == "auto":
+        engine = "events" if workload.episode_samples_hours else "lockstep"
+    elif engine == "lockstep" and workload.episode_samples_hours:
+        raise PlacementError("engine", "lockstep needs a single episode length; use events for samples")
+    prices = workload.prices
+    deadline = workload.deadline_hours
+    seq_alloc, seq_od, seq_episodes = np.random.SeedSequence(seed).spawn(3)
+    od_boot = boots.sample(np.random.default_rng(seq_od), (runs,))
+
+    def run(reliable: bool, switch_deadline: float | None) -> _Outcome:
+        draws = _Draws(runs, lifetimes, waits, boots, seq_alloc)
+        if engine == "lockstep":
+            return _run_lockstep(
+                workload,
+                draws,
+                od_boot,
+                reliable=reliable,
+                deadline=switch_deadline,
+                max_allocations=max_allocations,
+            )
+        return _run_events(
+            workload,
+            draws,
+            od_boot,
+            seq_episodes,
+            reliable=reliable,
+            deadline=switch_deadline,
+            max_allocations=max_allocations,
+        )
+
+    results: dict[str, StrategyResult] = {}
+    skipped: dict[str, str] = {}
+    wanted = set(strategies)
+
+    # A cheap guard before simulating spot: the closed form's expected number of allocations.
+    expected_allocations = 1 + closed_form(workload, tau=lifetimes.mean)["spot"].billed_hours / max(
+        lifetimes.mean, 1e-12
+    )
+    too_many = (
+        f"spot would need about {expected_allocations:,.0f} allocations per run "
+        f"(more than {max_allocations:,} are not simulated)"
+    )
+    if "spot" in wanted:
+        if expected_allocations > max_allocations / 2:
+            skipped["spot"] = too_many
+        else:
+            try:
+                o = run(False, None)
+                results["spot"] = _summary(prices.spot * o.spot_billed, o.spot_billed, o, deadline, False)
+            except _TooLong as err:
+                skipped["spot"] = f"spot runs too long to simulate: {err}"
+    if "spot_safety_net" in wanted:
+        if deadline is None:
+            skipped["spot_safety_net"] = "no deadline: the safety net has nothing to protect"
+        elif prices.on_demand is None:
+            skipped["spot_safety_net"] = "no on-demand price to switch to"
+        else:
+            try:
+                o = run(False, deadline)
+                cost = prices.spot * o.spot_billed + prices.on_demand * o.od_billed
+                results["spot_safety_net"] = _summary(cost, o.spot_billed + o.od_billed, o, deadline, True)
+            except _TooLong as err:
+                skipped["spot_safety_net"] = f"runs too long to simulate: {err}"
+    steady = [s for s in ("on_demand", "non_preemptible") if s in wanted]
+    for name in steady:
+        if prices.of(name) is None:
+            skipped[name] = f"no {name} price"
+    if any(prices.of(s) is not None for s in steady):
+        o = run(True, None)
+        for name in steady:
+            price = prices.of(name)
+            if price is not None:
+                results[name] = _summary(price * o.od_billed, o.od_billed, o, deadline, False)
+    ordered = {name: results[name] for name in STRATEGIES if name in results}
+    return Simulation(
+        runs=runs,
+        seed=seed,
+        engine=engine,
+        lifetimes=lifetimes.describe(),
+        waits=waits.describe(),
+        boots=boots.describe(),
+        strategies=ordered,
+        skipped=skipped,
+    )
