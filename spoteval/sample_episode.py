@@ -9,6 +9,9 @@ id and seed), and writes its JSON result to `--output` (atomically: a killed epi
 partial file). Failures are deterministic per episode id and seed: an episode "fails" when the
 hash of (seed, episode id) falls below `--fail-rate`, on every attempt.
 
+`--trace FILE` appends `start ID PID` when the episode starts and `end ID PID CODE` just before it
+exits by itself (a killed episode leaves no `end` line): tests and drills count killed attempts.
+
 Exit codes: 0 success; 1 the episode failed (injected failure or model server error); 2 bad arguments.
 """
 
@@ -64,7 +67,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=None)
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trace", default=None, help="append start/end lines to this file")
     args = parser.parse_args(argv)
+    trace(args.trace, f"start {args.episode_id} {os.getpid()}")
+    code = run(args)
+    trace(args.trace, f"end {args.episode_id} {os.getpid()} {code}")
+    return code
+
+
+def trace(path: str | None, line: str) -> None:
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.seconds < 0 or not 0.0 <= args.fail_rate <= 1.0:
         print("sample_episode: --seconds must be >= 0 and --fail-rate in [0, 1]", file=sys.stderr)
         return 2

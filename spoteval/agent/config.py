@@ -1,0 +1,365 @@
+"""The agent's configuration: a strict parse of agent.json into frozen dataclasses.
+
+`parse(raw)` is pure: every problem raises `ConfigError` naming the key (`node.provider`,
+`episodes.concurrency`, ...). Unknown keys are refused, so a misspelt key never silently falls
+back to a default. `load(path)` reads the file and parses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlparse
+
+from spoteval.record import MARKETS, RecordError, check_id
+from spoteval.store import StoreError, check_url
+
+PROVIDERS: Final = ("aws", "gcp", "azure", "k8s", "nebius", "runpod", "local")
+PLACEHOLDERS: Final = ("{episode_id}", "{model_url}", "{output}")
+ON_DONE: Final = ("exit", "poweroff")
+DEFAULT_SPOOL_DIR: Final = "/var/lib/spot-eval/spool"
+DEFAULT_BOOT_FILE: Final = "/var/lib/spot-eval/boot.json"
+DEFAULT_POWEROFF: Final = ("systemctl", "poweroff")
+#: Providers where powering off from inside the OS does not stop the bill (or makes no sense).
+NO_OS_POWEROFF: Final = {
+    "nebius": "Nebius reboots a VM shut down from inside the OS and keeps billing it",
+    "k8s": "a pod cannot power off its node; exit and let the Job finish",
+    "runpod": "a Runpod pod is stopped through the provider's API, not from inside",
+}
+#: Store options the agent sets when the config does not: fail fast, the agent retries itself.
+STORE_DEFAULTS: Final[Mapping[str, Any]] = {
+    "max_retries": 2,
+    "retry_timeout": 5,
+    "init_backoff_s": 0.1,
+    "max_backoff_s": 1,
+    "connect_timeout": 3,
+    "timeout": 30,
+}
+
+
+class ConfigError(Exception):
+    """A configuration the agent refuses; the message names the key or file."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    id: str
+    provider: str
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    market: str = "spot"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    url: str
+    command: tuple[str, ...] = ()
+    health_path: str = "/health"
+    ready_timeout_s: float = 600.0
+
+    @property
+    def health_url(self) -> str:
+        return self.url.rstrip("/") + self.health_path
+
+
+@dataclass(frozen=True)
+class EpisodesConfig:
+    command: tuple[str, ...]
+    concurrency: int = 1
+    max_attempts: int = 3
+    timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class PriceConfig:
+    per_hour: float
+    currency: str = "USD"
+
+
+@dataclass(frozen=True)
+class StopRules:
+    max_runtime_s: float | None = None
+    idle_s: float | None = None
+    budget: float | None = None
+    on_done: str = "exit"
+    poweroff_command: tuple[str, ...] = DEFAULT_POWEROFF
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    run_id: str
+    store: str
+    node: NodeConfig
+    server: ServerConfig
+    episodes: EpisodesConfig
+    store_options: Mapping[str, Any] = field(default_factory=dict)
+    metadata_url: str | None = None
+    metadata_poll_s: float | None = None
+    price: PriceConfig | None = None
+    price_api_url: str | None = None
+    stop_rules: StopRules = StopRules()
+    heartbeat_s: float = 30.0
+    spool_dir: str = DEFAULT_SPOOL_DIR
+    work_dir: str | None = None
+    boot_file: str = DEFAULT_BOOT_FILE
+    sigterm_grace_s: float | None = None
+    flush_timeout_s: float = 300.0
+
+    def store_options_with_defaults(self) -> dict[str, Any]:
+        return {**STORE_DEFAULTS, **self.store_options}
+
+    def run_spool_dir(self) -> str:
+        return os.path.join(self.spool_dir, self.run_id)
+
+    def run_work_dir(self) -> str:
+        if self.work_dir is not None:
+            return os.path.join(self.work_dir, self.run_id)
+        return os.path.join(tempfile.gettempdir(), f"spot-eval-{self.run_id}")
+
+
+# --- small typed readers ------------------------------------------------------------------------
+
+
+class _Section:
+    """A JSON object being read: each `take_*` consumes a key; `done()` refuses the rest."""
+
+    def __init__(self, raw: object, path: str) -> None:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path or 'config'}: must be a JSON object, got {type(raw).__name__}")
+        self.raw: dict[str, Any] = dict(raw)
+        self.path = path
+
+    def name(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.raw and self.raw[key] is not None
+
+    def take(self, key: str, required: bool) -> Any:
+        if key not in self.raw or self.raw[key] is None:
+            self.raw.pop(key, None)
+            if required:
+                raise ConfigError(f"missing key {self.name(key)}")
+            return None
+        return self.raw.pop(key)
+
+    def str_(self, key: str, required: bool = False) -> str | None:
+        value = self.take(key, required)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{self.name(key)}: must be a non-empty string, got {value!r}")
+        return value
+
+    def number(self, key: str, default: float | None, *, minimum: float = 0.0, positive: bool = False) -> Any:
+        value = self.take(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{self.name(key)}: must be a number, got {value!r}")
+        if value < minimum or (positive and value <= 0):
+            bound = "> 0" if positive else f">= {minimum:g}"
+            raise ConfigError(f"{self.name(key)}: must be {bound}, got {value!r}")
+        return float(value)
+
+    def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
+        value = self.take(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{self.name(key)}: must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def argv(self, key: str, required: bool) -> tuple[str, ...]:
+        value = self.take(key, required)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{self.name(key)}: must be a non-empty list of strings (argv), got {value!r}")
+        return tuple(value)
+
+    def section(self, key: str, required: bool) -> _Section | None:
+        value = self.take(key, required)
+        return None if value is None else _Section(value, self.name(key))
+
+    def done(self) -> None:
+        if self.raw:
+            unknown = ", ".join(self.name(k) for k in sorted(self.raw))
+            raise ConfigError(f"unknown key {unknown}")
+
+
+def _http_url(value: str | None, key: str) -> str | None:
+    if value is None:
+        return None
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ConfigError(f"{key}: {value!r} is not an http(s) URL")
+    return value.rstrip("/")
+
+
+def _abs_path(value: str | None, key: str) -> str | None:
+    if value is not None and not os.path.isabs(value):
+        raise ConfigError(f"{key}: {value!r} must be an absolute path")
+    return value
+
+
+# --- the parse ----------------------------------------------------------------------------------
+
+
+def parse(raw: object) -> AgentConfig:
+    """Parse and check a configuration object; raises ConfigError naming the offending key."""
+    top = _Section(raw, "")
+    run_id = top.str_("run_id", required=True)
+    assert run_id is not None
+    try:
+        check_id(run_id, "run_id")
+    except RecordError as exc:
+        raise ConfigError(str(exc)) from None
+    store = top.str_("store", required=True)
+    try:
+        check_url(store)
+    except StoreError as exc:
+        raise ConfigError(f"store: {exc}") from None
+    assert store is not None
+    options_raw = top.take("store_options", False) or {}
+    if not isinstance(options_raw, dict):
+        raise ConfigError(f"store_options: must be a JSON object, got {options_raw!r}")
+
+    node_s = top.section("node", required=True)
+    assert node_s is not None
+    node_id = node_s.str_("id", required=True)
+    provider = node_s.str_("provider", required=True)
+    if provider not in PROVIDERS:
+        raise ConfigError(f"node.provider: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
+    market = node_s.str_("market") or "spot"
+    if market not in MARKETS:
+        raise ConfigError(f"node.market: {market!r} is not one of {', '.join(sorted(MARKETS))}")
+    assert node_id is not None and provider is not None
+    node = NodeConfig(
+        id=node_id,
+        provider=provider,
+        region=node_s.str_("region"),
+        zone=node_s.str_("zone"),
+        instance_type=node_s.str_("instance_type"),
+        market=market,
+    )
+    node_s.done()
+
+    metadata_url = _http_url(top.str_("metadata_url"), "metadata_url")
+    metadata_poll_s = top.number("metadata_poll_s", None, positive=True)
+
+    server_s = top.section("server", required=True)
+    assert server_s is not None
+    server_url = _http_url(server_s.str_("url", required=True), "server.url")
+    assert server_url is not None
+    health_path = server_s.str_("health_path") or "/health"
+    if not health_path.startswith("/"):
+        raise ConfigError(f"server.health_path: {health_path!r} must start with /")
+    server = ServerConfig(
+        url=server_url,
+        command=server_s.argv("command", required=False),
+        health_path=health_path,
+        ready_timeout_s=server_s.number("ready_timeout_s", 600.0, positive=True),
+    )
+    server_s.done()
+
+    ep_s = top.section("episodes", required=True)
+    assert ep_s is not None
+    command = ep_s.argv("command", required=True)
+    joined = " ".join(command)
+    if "{output}" not in joined:
+        raise ConfigError("episodes.command: must contain the {output} placeholder (the result file)")
+    episodes = EpisodesConfig(
+        command=command,
+        concurrency=ep_s.integer("concurrency", 1),
+        max_attempts=ep_s.integer("max_attempts", 3),
+        timeout_s=ep_s.number("timeout_s", 3600.0, positive=True),
+    )
+    ep_s.done()
+
+    price: PriceConfig | None = None
+    price_s = top.section("price", required=False)
+    if price_s is not None:
+        per_hour = price_s.number("per_hour", None)
+        if per_hour is None:
+            raise ConfigError("missing key price.per_hour")
+        price = PriceConfig(per_hour=per_hour, currency=price_s.str_("currency") or "USD")
+        price_s.done()
+    price_api_url = _http_url(top.str_("price_api_url"), "price_api_url")
+
+    rules = StopRules()
+    rules_s = top.section("stop_rules", required=False)
+    if rules_s is not None:
+        on_done = rules_s.str_("on_done") or "exit"
+        if on_done not in ON_DONE:
+            raise ConfigError(f"stop_rules.on_done: {on_done!r} is not one of {', '.join(ON_DONE)}")
+        explicit_poweroff = rules_s.has("poweroff_command")
+        poweroff = rules_s.argv("poweroff_command", required=False) or DEFAULT_POWEROFF
+        if on_done == "poweroff" and not explicit_poweroff and provider in NO_OS_POWEROFF:
+            raise ConfigError(
+                f"stop_rules.on_done: poweroff from inside the OS does not stop a {provider} node "
+                f"({NO_OS_POWEROFF[provider]}); use exit, or set stop_rules.poweroff_command"
+            )
+        rules = StopRules(
+            max_runtime_s=rules_s.number("max_runtime_s", None, positive=True),
+            idle_s=rules_s.number("idle_s", None, positive=True),
+            budget=rules_s.number("budget", None, positive=True),
+            on_done=on_done,
+            poweroff_command=poweroff,
+        )
+        rules_s.done()
+
+    config = AgentConfig(
+        run_id=run_id,
+        store=store,
+        node=node,
+        server=server,
+        episodes=episodes,
+        store_options=dict(options_raw),
+        metadata_url=metadata_url,
+        metadata_poll_s=metadata_poll_s,
+        price=price,
+        price_api_url=price_api_url,
+        stop_rules=rules,
+        heartbeat_s=top.number("heartbeat_s", 30.0, positive=True),
+        spool_dir=_abs_path(top.str_("spool_dir"), "spool_dir") or DEFAULT_SPOOL_DIR,
+        work_dir=_abs_path(top.str_("work_dir"), "work_dir"),
+        boot_file=_abs_path(top.str_("boot_file"), "boot_file") or DEFAULT_BOOT_FILE,
+        sigterm_grace_s=top.number("sigterm_grace_s", None, positive=True),
+        flush_timeout_s=top.number("flush_timeout_s", 300.0, positive=True),
+    )
+    top.done()
+    return config
+
+
+def load(path: str) -> AgentConfig:
+    """Read and parse a config file; ConfigError names the file for unreadable or non-JSON input."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"config {path}: not JSON: {exc}") from None
+    try:
+        return parse(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"config {path}: {exc}") from None
+
+
+def substitute(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """Replace `{name}` placeholders in each argument (plain text replacement, no format syntax)."""
+    out: list[str] = []
+    for arg in argv:
+        text = arg
+        for name, value in values.items():
+            text = text.replace("{" + name + "}", value)
+        out.append(text)
+    return out

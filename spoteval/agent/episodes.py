@@ -1,0 +1,235 @@
+"""Child processes: the model server and one subprocess per episode attempt, each in its own group.
+
+An attempt's outcome:
+
+- exit 0 and a JSON file at `{output}` -> `completed` (the file's content is the output);
+- exit != 0, exit 0 without usable output, or killed at `timeout_s` -> `model_failure`;
+- killed by the agent because the capacity is going away (notice, or a stop rule ending the run)
+  -> `interrupted`.
+
+A failure that is not the agent's own kill is held for `SETTLE_S` before it becomes final: when a
+node shuts down, the OS may signal the episodes (and the model server) at the same moment as the
+agent, and an episode that died that way must be `interrupted`, not a model failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from spoteval.agent.config import EpisodesConfig, ServerConfig, substitute
+from spoteval.record import utc_now
+
+SETTLE_S: Final = 1.0
+_ERROR_TAIL: Final = 2000
+
+KILL_TIMEOUT: Final = "timeout"
+KILL_CAPACITY: Final = "capacity"
+
+
+@dataclass
+class Running:
+    """One attempt in flight (owned by the agent's loop; the waiter thread only reads `proc`)."""
+
+    episode_id: str
+    dispatch: int
+    started: datetime
+    started_mono: float
+    output_path: str
+    log_path: str
+    timeout_at: float
+    proc: subprocess.Popen[bytes] | None = None
+    kill_reason: str | None = None
+    kill_at: float | None = None  # while stopping: when it must be killed
+    returncode: int | None = None
+    ended: datetime | None = None
+    ended_mono: float = 0.0
+    spawn_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def spawn(
+    config: EpisodesConfig,
+    run: Running,
+    model_url: str,
+    env: Mapping[str, str],
+    on_exit: Callable[[Running], None],
+) -> None:
+    """Start the attempt in its own process group; `on_exit(run)` is called from a thread when it ends."""
+    argv = substitute(
+        config.command, {"episode_id": run.episode_id, "model_url": model_url, "output": run.output_path}
+    )
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(run.output_path)
+    try:
+        with open(run.log_path, "wb") as log:
+            run.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,
+            )
+    except OSError as exc:
+        run.spawn_error = f"cannot start episode command {argv[0]!r}: {exc.strerror or exc}"
+        run.returncode = 127
+        run.ended, run.ended_mono = utc_now(), time.monotonic()
+        on_exit(run)
+        return
+    proc = run.proc
+
+    def wait() -> None:
+        run.returncode = proc.wait()
+        run.ended, run.ended_mono = utc_now(), time.monotonic()
+        on_exit(run)
+
+    threading.Thread(target=wait, name=f"episode-{run.episode_id}", daemon=True).start()
+
+
+def kill(run: Running, reason: str) -> None:
+    """SIGKILL the attempt's process group (once); the first reason given is kept."""
+    if run.kill_reason is None:
+        run.kill_reason = reason
+    proc = run.proc
+    if proc is not None and proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def read_output(path: str) -> tuple[Any, str | None]:
+    """(output, error): the episode's JSON result, or why there is none."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None, f"exited 0 but wrote no result file at {path}"
+    except OSError as exc:
+        return None, f"cannot read result file {path}: {exc.strerror or exc}"
+    try:
+        output = json.loads(data)
+    except ValueError as exc:
+        return None, f"result file is not JSON: {exc}"
+    if output is None:
+        return None, "result file holds JSON null"
+    return output, None
+
+
+def log_tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _ERROR_TAIL))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Ended:
+    outcome: str  # completed | model_failure | interrupted
+    output: Any = None
+    error: str | None = None
+    settle: bool = False  # a failure not caused by the agent: hold it for SETTLE_S
+
+
+def classify(run: Running, timeout_s: float) -> Ended:
+    """The outcome of an ended attempt (pure apart from reading its output and log files)."""
+    if run.kill_reason == KILL_CAPACITY:
+        return Ended("interrupted", error="killed by the agent: the capacity is going away")
+    if run.kill_reason == KILL_TIMEOUT:
+        return Ended("model_failure", error=f"timed out after {timeout_s:g} s")
+    if run.spawn_error is not None:
+        return Ended("model_failure", error=run.spawn_error)
+    code = run.returncode
+    if code == 0:
+        output, error = read_output(run.output_path)
+        if error is None:
+            return Ended("completed", output=output)
+        return Ended("model_failure", error=error, settle=True)
+    tail = log_tail(run.log_path)
+    if code is not None and code < 0:
+        what = f"killed by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    else:
+        what = f"exited with {code}"
+    return Ended("model_failure", error=f"{what}: {tail}" if tail else what, settle=True)
+
+
+def cleanup(run: Running) -> None:
+    for path in (run.output_path, run.log_path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+# --- the model server ---------------------------------------------------------------------------
+
+
+class ModelServer:
+    """The model server as a child process group (or an external one when no command is given)."""
+
+    def __init__(self, config: ServerConfig, log_path: str, env: Mapping[str, str]) -> None:
+        self.config = config
+        self.log_path = log_path
+        self.env = dict(env)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if not self.config.command:
+            return
+        with open(self.log_path, "ab") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    list(self.config.command),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise ServerError(
+                    f"server.command: cannot start {self.config.command[0]!r}: {exc.strerror or exc}"
+                ) from None
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.config.health_url, timeout=2) as resp:
+                return bool(200 <= resp.status < 300)
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def log_tail(self) -> str:
+        return log_tail(self.log_path)
+
+
+class ServerError(Exception):
+    """The model server cannot start or did not become healthy."""

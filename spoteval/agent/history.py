@@ -1,0 +1,343 @@
+"""What the run record says about earlier incarnations, read once when the agent starts.
+
+An *incarnation* is one run of the agent process; every event it writes carries
+`details.incarnation` (a random id). The decisions here are pure functions of the record:
+
+- `start_reason`: `initial` (nothing before, or joining a run whose other nodes are alive),
+  `restart_after_preemption` (the previous incarnation of this node, or else the run's latest one,
+  saw a stopping notice, has a `preempted` event after its start, or was lost: its last event is
+  not a `stop`), `restart_after_stop` (it ended with a `stop` event).
+- `lost_attempts`: attempts an incarnation had in flight when it was lost. Before the agent
+  starts episodes it makes a heartbeat event durable whose `details.in_flight` maps each episode
+  in flight to `[dispatch number, started]`; an entry stays in every later heartbeat and notice
+  until that attempt is durable in the store. So the last event of a lost incarnation that carries
+  `in_flight` lists a superset of what it had not recorded; the entries that no attempt under
+  `attempts/` matches (by `details.incarnation` and `details.dispatch`) were in flight when it was
+  lost, and the next incarnation records them as `interrupted`. It then lists the incarnations it
+  checked in its start event's `details.resolved`, so later starts skip them.
+- `billed`: node time of the run from each incarnation's `billed_from` (machine boot on VM
+  providers, else agent start) to its last event, overlaps on one node counted once, and the money
+  at each incarnation's price.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from spoteval.record import Attempt, Event, RecordError, RunLayout, format_time, parse_time
+from spoteval.store import Store
+
+STALE_HEARTBEATS = 3  # an incarnation of another node silent for this many heartbeats (+ 60 s) is lost
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    id: str
+    node: str
+    events: tuple[Event, ...]  # sorted by time
+
+    @property
+    def first(self) -> Event:
+        return self.events[0]
+
+    @property
+    def last(self) -> Event:
+        return self.events[-1]
+
+    @property
+    def start(self) -> Event | None:
+        return next((e for e in self.events if e.kind == "start"), None)
+
+    @property
+    def began(self) -> datetime:
+        start = self.start
+        return start.time if start is not None else self.first.time
+
+    def billed_from(self) -> datetime:
+        """When the bill for this incarnation began: its start event's `billed_from` (machine boot
+        on VM providers), else its first event."""
+        start = self.start
+        value = start.details.get("billed_from") if start is not None else None
+        if isinstance(value, str):
+            try:
+                return min(parse_time(value), self.began)
+            except RecordError:
+                pass
+        return self.began
+
+    def price(self) -> float | None:
+        start = self.start
+        return start.price_per_hour if start is not None else None
+
+    def heartbeat_s(self) -> float:
+        start = self.start
+        value = start.details.get("heartbeat_s") if start is not None else None
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 30.0
+
+    def stopping_notice(self) -> Event | None:
+        return next(
+            (e for e in self.events if e.kind == "notice" and e.reason != "rebalance_recommendation"), None
+        )
+
+    def last_in_flight(self) -> list[tuple[str, int, datetime]]:
+        """(episode, dispatch, started) from the last event that lists what was in flight."""
+        for e in reversed(self.events):
+            raw = e.details.get("in_flight")
+            if isinstance(raw, list):
+                return _in_flight(raw)
+        return []
+
+
+@dataclass(frozen=True)
+class History:
+    events: tuple[Event, ...]
+    incarnations: Mapping[str, Incarnation]
+    results: frozenset[str]
+    attempt_numbers: Mapping[str, tuple[int, ...]]  # episode -> numbers present under attempts/
+    attempts: Mapping[str, tuple[Attempt, ...]] = field(default_factory=dict)  # only episodes read
+    problems: tuple[str, ...] = ()
+
+    def resolved(self) -> set[str]:
+        out: set[str] = set()
+        for e in self.events:
+            if e.kind == "start":
+                value = e.details.get("resolved")
+                if isinstance(value, list):
+                    out.update(str(v) for v in value)
+        return out
+
+
+@dataclass(frozen=True)
+class LostAttempt:
+    episode_id: str
+    incarnation: str
+    dispatch: int
+    node: str
+    started: datetime
+    last_seen: datetime  # the lost incarnation's last event
+
+
+def _in_flight(raw: Sequence[Any]) -> list[tuple[str, int, datetime]]:
+    """Parse `details.in_flight`: a list of `[episode, dispatch, started]`; malformed entries are skipped."""
+    out: list[tuple[str, int, datetime]] = []
+    for value in raw:
+        try:
+            episode, dispatch, started = value
+            out.append((str(episode), int(dispatch), parse_time(started)))
+        except (TypeError, ValueError, RecordError):
+            continue
+    return out
+
+
+def group_incarnations(events: Iterable[Event]) -> dict[str, Incarnation]:
+    grouped: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        inc = e.details.get("incarnation")
+        if isinstance(inc, str) and inc:
+            grouped[inc].append(e)
+    return {
+        inc: Incarnation(inc, evs[0].node, tuple(sorted(evs, key=lambda e: e.time)))
+        for inc, evs in grouped.items()
+    }
+
+
+def is_over(inc: Incarnation, node: str, now: datetime) -> bool:
+    """Whether an incarnation has ended: this node's earlier ones always, others when stopped or silent."""
+    if inc.node == node or inc.last.kind == "stop":
+        return True
+    silent = (now - inc.last.time).total_seconds()
+    return silent > STALE_HEARTBEATS * inc.heartbeat_s() + 60
+
+
+def start_reason(history: History, node: str, now: datetime) -> tuple[str, dict[str, Any]]:
+    """The start reason and the evidence for it (see the module's docstring)."""
+    incs = list(history.incarnations.values())
+    if not incs:
+        return "initial", {}
+    mine = [i for i in incs if i.node == node]
+    if mine:
+        previous = max(mine, key=lambda i: i.last.time)
+    else:
+        if any(not is_over(i, node, now) for i in incs):
+            return "initial", {"joined_live_run": True}
+        previous = max(incs, key=lambda i: i.last.time)
+    evidence: str | None = None
+    notice = previous.stopping_notice()
+    if notice is not None:
+        evidence = f"notice:{notice.reason}"
+    elif any(
+        e.kind == "preempted" and e.node == previous.node and e.time >= previous.began for e in history.events
+    ):
+        evidence = "preempted"
+    elif previous.last.kind != "stop":
+        evidence = "lost"
+    details: dict[str, Any] = {
+        "previous": {
+            "incarnation": previous.id,
+            "node": previous.node,
+            "last_kind": previous.last.kind,
+            "last_reason": previous.last.reason,
+            "last_time": format_time(previous.last.time),
+        }
+    }
+    if evidence is None:
+        return "restart_after_stop", details
+    details["previous"]["evidence"] = evidence
+    return "restart_after_preemption", details
+
+
+def unresolved(history: History, node: str, now: datetime) -> list[Incarnation]:
+    """Incarnations that have ended and whose in-flight attempts no start has checked yet."""
+    done = history.resolved()
+    return [i for i in history.incarnations.values() if i.id not in done and is_over(i, node, now)]
+
+
+def lost_candidates(incs: Iterable[Incarnation]) -> list[LostAttempt]:
+    out: list[LostAttempt] = []
+    for inc in incs:
+        for episode, dispatch, started in inc.last_in_flight():
+            out.append(LostAttempt(episode, inc.id, dispatch, inc.node, started, max(started, inc.last.time)))
+    return out
+
+
+def lost_attempts(
+    candidates: Iterable[LostAttempt], attempts: Mapping[str, Iterable[Attempt]]
+) -> list[LostAttempt]:
+    """The candidates that no recorded attempt accounts for."""
+    recorded: set[tuple[str, str, int]] = set()
+    for episode, items in attempts.items():
+        for a in items:
+            inc, dispatch = a.details.get("incarnation"), a.details.get("dispatch")
+            if isinstance(inc, str) and isinstance(dispatch, int):
+                recorded.add((episode, inc, dispatch))
+    return [c for c in candidates if (c.episode_id, c.incarnation, c.dispatch) not in recorded]
+
+
+@dataclass(frozen=True)
+class Interval:
+    node: str
+    start: datetime
+    end: datetime
+    price_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class Billed:
+    seconds: float
+    cost: float | None  # None when some billed time has no known price
+    covered_until: Mapping[str, datetime]  # per node: the end of its last billed interval
+
+
+def billed(intervals: Iterable[Interval]) -> Billed:
+    """Node time and money of a run: per node, overlapping intervals count once (an agent
+    restarted without a reboot shares its machine's bill); different nodes add up."""
+    seconds, cost = 0.0, 0.0
+    priced = True
+    covered: dict[str, datetime] = {}
+    for iv in sorted(intervals, key=lambda i: (i.node, i.start)):
+        begin = max(iv.start, covered.get(iv.node, iv.start))
+        length = max(0.0, (iv.end - begin).total_seconds())
+        seconds += length
+        if iv.price_per_hour is None:
+            priced = priced and length == 0
+        else:
+            cost += iv.price_per_hour * length / 3600.0
+        covered[iv.node] = max(covered.get(iv.node, iv.end), iv.end)
+    return Billed(seconds, cost if priced else None, covered)
+
+
+def intervals(history: History, fallback_price: float | None) -> list[Interval]:
+    """One billed interval per incarnation: billed_from -> its last event, at its own price."""
+    out: list[Interval] = []
+    for inc in history.incarnations.values():
+        price = inc.price()
+        out.append(
+            Interval(
+                inc.node, inc.billed_from(), inc.last.time, price if price is not None else fallback_price
+            )
+        )
+    return out
+
+
+# --- reading (I/O) ------------------------------------------------------------------------------
+
+
+def read_events(store: Store, layout: RunLayout, pool: ThreadPoolExecutor) -> tuple[list[Event], list[str]]:
+    keys = store.list(layout.events_prefix)
+    problems: list[str] = []
+    events: list[Event] = []
+    for key, data in zip(keys, pool.map(store.get, keys), strict=True):
+        if data is None:
+            continue
+        try:
+            event, issues = Event.loads(data)
+        except RecordError as exc:
+            problems.append(f"{key}: {exc}")
+            continue
+        problems.extend(f"{key}: {p}" for p in issues)
+        events.append(event)
+    events.sort(key=lambda e: e.time)
+    return events, problems
+
+
+def read_attempts(
+    store: Store, layout: RunLayout, numbers: Mapping[str, Iterable[int]], pool: ThreadPoolExecutor
+) -> tuple[dict[str, tuple[Attempt, ...]], list[str]]:
+    keys = [layout.attempt(e, n) for e, ns in numbers.items() for n in sorted(ns)]
+    out: dict[str, list[Attempt]] = defaultdict(list)
+    problems: list[str] = []
+    for key, data in zip(keys, pool.map(store.get, keys), strict=True):
+        if data is None:
+            continue
+        try:
+            attempt, issues = Attempt.loads(data)
+        except RecordError as exc:
+            problems.append(f"{key}: {exc}")
+            continue
+        problems.extend(f"{key}: {p}" for p in issues)
+        out[attempt.episode_id].append(attempt)
+    return {e: tuple(sorted(a, key=lambda x: x.attempt)) for e, a in out.items()}, problems
+
+
+def read_history(
+    store: Store,
+    layout: RunLayout,
+    episode_ids: Iterable[str],
+    *,
+    node: str,
+    now: datetime,
+    pool: ThreadPoolExecutor,
+) -> History:
+    """Read events, results and attempt numbers; attempts only of episodes that need a look."""
+    events, problems = read_events(store, layout, pool)
+    results = frozenset(
+        e for e in (layout.episode_of_result(k) for k in store.list(layout.results_prefix)) if e is not None
+    )
+    numbers: dict[str, list[int]] = defaultdict(list)
+    for key in store.list(layout.attempts_prefix):
+        parsed = layout.attempt_of_key(key)
+        if parsed is not None:
+            numbers[parsed[0]].append(parsed[1])
+    history = History(
+        events=tuple(events),
+        incarnations=group_incarnations(events),
+        results=results,
+        attempt_numbers={e: tuple(sorted(ns)) for e, ns in numbers.items()},
+        problems=tuple(problems),
+    )
+    wanted = {e for e in episode_ids if e not in results}
+    wanted.update(c.episode_id for c in lost_candidates(unresolved(history, node, now)))
+    attempts, more = read_attempts(store, layout, {e: numbers[e] for e in wanted if e in numbers}, pool)
+    return History(
+        events=history.events,
+        incarnations=history.incarnations,
+        results=results,
+        attempt_numbers=history.attempt_numbers,
+        attempts=attempts,
+        problems=(*history.problems, *more),
+    )
