@@ -11,7 +11,9 @@ Everything here is computed from the record in the store (read through `spoteval
    recommendation) marks it preempted. An allocation with neither notice nor stop that was followed
    by another start, or that has been silent for longer than three heartbeat intervals, was lost
    without notice: its end is bounded by its last event (usually a heartbeat). Allocations we ended
-   ourselves (`stop`) and allocations still running are censored for the lifetime estimate.
+   ourselves (`stop`) and allocations still running are censored for the lifetime estimate. A
+   `preempted` event seen from outside with `details.launch_time` and no start before it is a node
+   taken while booting, before its agent could write anything: an allocation from that launch.
 3. `analyse(record)` adds tau (exponential MLE with censoring, from `spoteval.lifetime`), S_wait
    (preemption -> next start) and S_boot (start -> ready -> first episode dispatched, plus the
    phases the agent reports in `ready`), from the run's own restarts and from restart measurements,
@@ -52,6 +54,7 @@ from spoteval.record import (
     RunLayout,
     format_time,
     parse_manifest,
+    parse_time,
     private_identifiers,
     utc_now,
 )
@@ -460,6 +463,13 @@ def _node_allocations(
             current = _Open(node, len(closed) + 1, e)
             continue
         if current is None:
+            launch = _launch_time(e) if e.kind == "preempted" else None
+            if launch is not None and launch < e.time and (not closed or launch >= closed[-1].end):
+                # taken before its agent could write a start: the provider's event gives the launch
+                opened = _Open(node, len(closed) + 1, e)
+                opened.start, opened.start_reason = launch, None
+                closed.append(opened.close(e.time, "preempted", e.reason))
+                continue
             if e.kind == "preempted" and closed and closed[-1].ended_by in ("notice", "lost"):
                 # seen from outside after the node had gone quiet: the capacity was taken here
                 last = closed[-1]
@@ -506,6 +516,16 @@ def _node_allocations(
         if closed[i].start < closed[i - 1].end:  # a machine boot before the last allocation's end
             closed[i] = replace(closed[i], start=closed[i - 1].end)
     return closed
+
+
+def _launch_time(event: Event) -> datetime | None:
+    value = event.details.get("launch_time")
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except RecordError:
+        return None
 
 
 def _with_dispatch(allocs: list[Allocation], attempts: Sequence[Attempt]) -> list[Allocation]:
@@ -631,10 +651,16 @@ class Efficiency:
     episodes: int
     mean_episode_s: float | None
     tau_s: float | None
-    boot_s: float | None
+    boot_s: float | None  # mean S_boot: start -> first episode
+    notice_tail_s: float  # per preemption: notice -> end of the allocation, billed, no new episodes
     wait_s: float | None
     concurrency: int | None
     note: str = ""
+
+    @property
+    def restart_overhead_s(self) -> float | None:
+        """B for the closed form: billed time per restart without new work (S_boot + notice tail)."""
+        return None if self.boot_s is None else self.boot_s + self.notice_tail_s
 
 
 @dataclass(frozen=True)
@@ -646,6 +672,7 @@ class RunReport:
     wait: Stat | None
     boot: Stat | None
     boot_phases: Mapping[str, Stat]
+    notice_tail: Stat | None
     measured_wait: Stat | None
     measured_boot: Stat | None
     measured_phases: Mapping[str, Stat]
@@ -765,6 +792,15 @@ def predicted_efficiency(
     return placement.closed_form(workload)["spot"].efficiency
 
 
+def notice_tail_per_preemption(allocs: Sequence[Allocation]) -> float:
+    """Mean billed time from a notice to the end of the allocation, over every preempted allocation
+    (one lost without notice counts 0: its end is its last heartbeat)."""
+    taken = [a for a in allocs if not a.censored]
+    if not taken:
+        return 0.0
+    return statistics.fmean(max(0.0, (a.end - a.notice).total_seconds()) if a.notice else 0.0 for a in taken)
+
+
 def _efficiency(
     allocs: Sequence[Allocation],
     episodes: Episodes,
@@ -783,13 +819,14 @@ def _efficiency(
     note = ""
     tau_s = tau.seconds if tau else None
     boot_s = boot.mean if boot else None
+    tail_s = notice_tail_per_preemption(allocs)
     if not c or not n:
         note = "no finished attempts: nothing to compare"
     elif tau_s is None:
         note = "no preemption observed: tau has no point estimate, so no prediction"
     else:
         predicted = predicted_efficiency(
-            episodes.durations_s, c, tau_s, boot_s or 0.0, wait.mean if wait else 0.0
+            episodes.durations_s, c, tau_s, (boot_s or 0.0) + tail_s, wait.mean if wait else 0.0
         )
     return Efficiency(
         measured=measured,
@@ -800,6 +837,7 @@ def _efficiency(
         mean_episode_s=mean_d,
         tau_s=tau_s,
         boot_s=boot_s,
+        notice_tail_s=tail_s,
         wait_s=wait.mean if wait else None,
         concurrency=c,
         note=note,
@@ -843,6 +881,9 @@ def analyse(
         wait=wait,
         boot=boot,
         boot_phases=phases,
+        notice_tail=Stat.of(
+            (a.end - a.notice).total_seconds() for a in allocs if a.notice and not a.censored
+        ),
         measured_wait=measured_wait,
         measured_boot=measured_boot,
         measured_phases=measured_phases,
@@ -887,11 +928,13 @@ def _phase_stats(allocs: Sequence[Allocation]) -> dict[str, Stat]:
 def workload_from_run(report: RunReport, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The placement workload (see spoteval.placement) with the numbers this run measured.
 
-    Measured: episode length samples (minutes), concurrency, tau (hours), capacity wait W and boot B
-    (minutes), the spot price (time-weighted mean of the logged spot prices), and the episode count
-    (the manifest's). Everything the record cannot know (other options' prices, deadline, margin,
-    grant) comes from `base`. With no preemption tau has no point estimate: the interval's lower
-    bound is used, which favours the non-preemptible options (the cautious side).
+    Measured: episode length samples (minutes), concurrency, tau and its interval (hours), capacity
+    wait W and restart overhead B (minutes: S_boot plus the billed notice tail per preemption, the
+    time from a notice to the end of the allocation in which no new episode starts), the spot price
+    (time-weighted mean of the logged spot prices), and the episode count (the manifest's).
+    Everything the record cannot know (other options' prices, deadline, margin, grant) comes from
+    `base`. With no preemption tau has no point estimate: the interval's lower bound is used, which
+    favours the non-preemptible options (the cautious side).
     """
     out: dict[str, Any] = json.loads(json.dumps(dict(base or {})))
     ep = report.episodes
@@ -918,7 +961,7 @@ def workload_from_run(report: RunReport, base: Mapping[str, Any] | None = None) 
     elif report.measured_wait is not None:
         restart["wait_minutes"] = report.measured_wait.mean / 60.0
     if report.boot is not None:
-        restart["boot_minutes"] = report.boot.mean / 60.0
+        restart["boot_minutes"] = (report.boot.mean + report.efficiency.notice_tail_s) / 60.0
     elif report.measured_boot is not None:
         restart["boot_minutes"] = report.measured_boot.mean / 60.0
     if restart:
@@ -1069,6 +1112,7 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
         "restart": {
             "wait": report.wait.to_json() if report.wait else None,
             "boot": report.boot.to_json() if report.boot else None,
+            "notice_tail": _stat_json(report.notice_tail),
             "boot_phases": {k: v.to_json() for k, v in report.boot_phases.items()},
             "measurement": {
                 "wait": report.measured_wait.to_json() if report.measured_wait else None,
@@ -1098,6 +1142,8 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
                 "mean_episode_s": eff.mean_episode_s,
                 "tau_s": eff.tau_s,
                 "boot_s": eff.boot_s,
+                "notice_tail_s": eff.notice_tail_s,
+                "restart_overhead_s": eff.restart_overhead_s,
                 "wait_s": eff.wait_s,
                 "concurrency": eff.concurrency,
             },
@@ -1306,6 +1352,7 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
         st.add_column(col, justify="left" if not col else "right")
     st.add_row(*_stat_row("S_wait: preemption -> next start", report.wait))
     st.add_row(*_stat_row("S_boot: start -> first episode", report.boot))
+    st.add_row(*_stat_row("notice -> end (billed, no new episodes)", report.notice_tail))
     for k, s in sorted(report.boot_phases.items()):
         st.add_row(*_stat_row(f"  {k}", s))
     if report.measured_wait or report.measured_boot or report.measured_phases:
@@ -1356,7 +1403,9 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
         say(
             f"Efficiency (useful / billed node time): measured {eff.measured:.3f}, closed form {pred}{dev} "
             f"for D = {fmt_s(eff.mean_episode_s)} (mean of {eff.episodes}), tau = {fmt_s(eff.tau_s)}, "
-            f"B = {fmt_s(eff.boot_s)}, C = {eff.concurrency}" + (f"; {eff.note}" if eff.note else "")
+            f"B = {fmt_s(eff.restart_overhead_s)} (S_boot {fmt_s(eff.boot_s)} + notice tail "
+            f"{fmt_s(eff.notice_tail_s)} per preemption), C = {eff.concurrency}"
+            + (f"; {eff.note}" if eff.note else "")
         )
 
     if report.problems:

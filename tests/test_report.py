@@ -222,6 +222,7 @@ def test_s_wait_and_s_boot_by_phase(built: Built) -> None:
     assert [rep.wait.median, rep.wait.p90, rep.wait.mean] == pytest.approx([660, 708, 660])
     # start -> first episode dispatched: A1 100, A2 80, B1 100, B2 100 (C1 ran nothing and was never ready)
     assert rep.boot.n == 4 and rep.boot.mean == pytest.approx(95) and rep.boot.median == 100
+    assert rep.notice_tail is not None and (rep.notice_tail.n, rep.notice_tail.max) == (1, 120)
     phases = rep.boot_phases
     assert phases["start -> ready"].n == 4
     assert phases["ready.image_pull_s"].median == pytest.approx(5.5)
@@ -265,7 +266,9 @@ def test_efficiency_is_measured_and_predicted_by_the_closed_form(built: Built) -
     billed = 3720 + 2880 + 180 + 1000 + 1000  # the run's allocations, not the measurement
     assert eff.billed_node_hours == pytest.approx(billed / 3600)
     assert eff.measured == pytest.approx(sum(durations) / 4 / billed)
-    tau, boot = (billed + 100) / 2, 95.0
+    # B: S_boot 95 s plus the billed notice tail per preemption (A: 120 s from notice to end; B: none)
+    tau, boot = (billed + 100) / 2, 95.0 + (120 + 0) / 2
+    assert (eff.boot_s, eff.notice_tail_s, eff.restart_overhead_s) == (95.0, 60.0, 155.0)
     predicted_billed = 5 / 4 * tau * math.exp(boot / tau) * sum(math.expm1(d / tau) for d in durations) / 5
     assert eff.predicted == pytest.approx(5 / 4 * 260 / predicted_billed)
 
@@ -276,7 +279,7 @@ def test_workload_from_run_is_a_placement_workload_of_the_measured_numbers(built
     wl = placement.parse_workload(raw)
     assert wl.episodes == 6 and wl.concurrency == 4
     assert wl.lifetime_hours == pytest.approx(4440 / 3600)
-    assert wl.wait_hours == pytest.approx(660 / 3600) and wl.boot_hours == pytest.approx(95 / 3600)
+    assert wl.wait_hours == pytest.approx(660 / 3600) and wl.boot_hours == pytest.approx(155 / 3600)
     assert sorted(wl.episode_samples_hours) == pytest.approx(
         sorted(d / 3600 for d in (300, 300, 100, 100, 500))
     )
@@ -325,7 +328,7 @@ def private_identifiers(url: str) -> set[str]:
     found = {RUN, A, B, C, "i-0aaa222", "ip-10-0-0-7", ACCOUNT, *ADDRESSES, bucket, "us-east-1b"}
     found |= {"secret-cluster", f"arn:aws:eks:us-east-1:{ACCOUNT}:cluster/secret-cluster"}
     for price in (P_A1, P_A1B, P_A2, P_B1, P_B2, P_C1, P_C2):
-        found |= {f"{price}", f"{price:.4f}", f"{price:.3f}"}
+        found |= {f"{price}", f"{price:.4f}"}
     return found
 
 
@@ -337,7 +340,7 @@ def test_shared_report_carries_no_private_identifier(s3_target: StoreTarget) -> 
         rep, _decide, report.workload_from_run(rep, {"prices": {"on_demand": 3.4}})
     )
     total = sum(decided.cost.values())
-    secrets = private_identifiers(s3_target.url) | {f"{total:.4f}", f"{total:.2f}"}
+    secrets = private_identifiers(s3_target.url) | {f"{total:.4f}", f"{total:.6f}"}
     private_text = report.render(decided)
     private_json = json.dumps(report.report_json(decided))
     shared_text = report.render(decided, shared=True)
@@ -435,3 +438,23 @@ def test_placement_from_run_reads_the_same_record(
     assert doc["decision"] == expected["decision"] and doc["options"] == expected["options"]
     assert placement_cli.main([str(workload), "--from-run", RUN]) == 2
     assert "--from-run: needs --store" in capsys.readouterr().err
+
+
+def test_a_node_taken_while_booting_is_an_allocation_from_the_providers_launch_time() -> None:
+    events = [
+        ev(0, A, "start", "initial", 1.0),
+        ev(50, A, "preempted", "provider"),
+        ev(70, A, "preempted", "provider", launch_time=format_time(at(60))),
+        ev(90, A, "start", "restart_after_preemption", 1.0),
+        ev(100, A, "stop", "done"),
+    ]
+    allocs, gaps, problems = report.allocations(events, now=NOW)
+    assert [(a.start, a.end, a.ended_by, a.start_reason) for a in allocs] == [
+        (at(0), at(50), "preempted", "initial"),
+        (at(60), at(70), "preempted", None),
+        (at(90), at(100), "stop", "restart_after_preemption"),
+    ]
+    assert [g.seconds for g in gaps] == [10, 20] and problems == []
+    # without the launch time the event is reported, not guessed
+    _, _, problems = report.allocations([*events[:2], replace(events[2], details={}), *events[3:]], now=NOW)
+    assert [p.category for p in problems] == ["inconsistent"]
