@@ -54,7 +54,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-STRATEGIES: Final = ("spot", "spot_safety_net", "on_demand", "non_preemptible")
+STRATEGIES: Final[tuple[str, ...]] = ("spot", "spot_safety_net", "on_demand", "non_preemptible")
 Engine = Literal["auto", "lockstep", "events"]
 
 DEFAULT_RUNS: Final = 2000
@@ -153,9 +153,12 @@ class StrategyResult:
     """One strategy over all runs. Costs in the prices' currency, times in hours."""
 
     mean_cost: float
+    cost_std: float  # standard deviation over runs; the mean's standard error is cost_std / sqrt(runs)
     cost_quantiles: tuple[float, float, float]  # p05, p50, p95
     mean_billed_hours: float
+    billed_std: float
     mean_wall_hours: float
+    wall_std: float
     wall_quantiles: tuple[float, float, float]  # p05, p50, p95
     p_deadline: float | None
     mean_preemptions: float
@@ -164,11 +167,14 @@ class StrategyResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "mean_cost": self.mean_cost,
+            "cost_std": self.cost_std,
             "cost_p05": self.cost_quantiles[0],
             "cost_p50": self.cost_quantiles[1],
             "cost_p95": self.cost_quantiles[2],
             "mean_billed_hours": self.mean_billed_hours,
+            "billed_std_hours": self.billed_std,
             "mean_wall_hours": self.mean_wall_hours,
+            "wall_std_hours": self.wall_std,
             "wall_p05_hours": self.wall_quantiles[0],
             "wall_p50_hours": self.wall_quantiles[1],
             "wall_p95_hours": self.wall_quantiles[2],
@@ -208,10 +214,11 @@ class Simulation:
 
 
 class _Draws:
-    """Lifetime, wait and boot of allocation k of every run, generated block by block.
+    """Lifetime, wait and boot of allocation k of every run, generated in blocks of allocations.
 
-    Columns must be read in order 0, 1, 2, ...; two `_Draws` built from the same seed give the same
-    columns, which is how every strategy sees the same allocations (common random numbers).
+    Two `_Draws` built from the same seed give the same values for the same (run, k), whatever order
+    they are read in, which is how every strategy and both engines see the same allocations (common
+    random numbers). Blocks no run can need any more are released.
     """
 
     def __init__(
@@ -220,18 +227,38 @@ class _Draws:
         self.runs = runs
         self._samplers = (lifetimes, waits, boots)
         self._rng = np.random.default_rng(seed)
-        self._block = -1
-        self._data: tuple[FloatArray, FloatArray, FloatArray] | None = None
+        self._generated = 0
+        self._blocks: dict[int, tuple[FloatArray, FloatArray, FloatArray]] = {}
 
-    def column(self, k: int) -> tuple[FloatArray, FloatArray, FloatArray]:
-        block, col = divmod(k, _BLOCK)
-        while self._block < block or self._data is None:
+    def _ensure(self, block: int) -> None:
+        while self._generated <= block:
             shape = (self.runs, _BLOCK)
             life, wait, boot = (s.sample(self._rng, shape) for s in self._samplers)
-            self._data = (life, wait, boot)
-            self._block += 1
-        life, wait, boot = self._data
+            self._blocks[self._generated] = (life, wait, boot)
+            self._generated += 1
+
+    def release_below(self, k: int) -> None:
+        """Forget the blocks of allocations before k (no run will ask for them again)."""
+        for block in [b for b in self._blocks if b < k // _BLOCK]:
+            del self._blocks[block]
+
+    def column(self, k: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Allocation k of every run."""
+        block, col = divmod(k, _BLOCK)
+        self._ensure(block)
+        life, wait, boot = self._blocks[block]
         return life[:, col], wait[:, col], boot[:, col]
+
+    def take(self, k: IntArray, rows: IntArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Allocation k[i] of run rows[i], for every i."""
+        blocks, cols = np.divmod(k, _BLOCK)
+        self._ensure(int(blocks.max()))
+        out = (np.empty(k.size), np.empty(k.size), np.empty(k.size))
+        for block in np.unique(blocks):
+            sel = blocks == block
+            for dest, src in zip(out, self._blocks[int(block)], strict=True):
+                dest[sel] = src[rows[sel], cols[sel]]
+        return out
 
 
 @dataclass
@@ -344,13 +371,14 @@ def _run_events(
     deadline: float | None,
     max_allocations: int,
 ) -> _Outcome:
-    """List scheduling of episodes on C slots, event by event, vectorised over runs.
+    """List scheduling of episodes on C slots, vectorised over runs, each run at its own pace.
 
     Each step sorts every run's slots by finish time and completes, in that order, every episode
     that finishes before any episode started within the step could (its finish is known, since
     the next lengths are drawn first), before the allocation ends, and before the safety net
     switches. The i-th completion of a step takes the i-th unstarted episode, so the result is
-    exactly that of handling one event at a time.
+    exactly that of handling one event at a time. A run whose allocation ends starts its next one
+    (wait, lifetime, boot) in the same step.
     """
     runs = draws.runs
     slots = w.concurrency
@@ -371,128 +399,140 @@ def _run_events(
         return deadline - (work + reserve)
 
     out = _Outcome.zeros(runs)
+    # State of the unfinished runs (row i is run ids[i]).
+    ids = np.arange(runs)
     held = np.zeros((runs, slots))  # length of the episode a slot runs or will restart; 0 = idle
+    finish = np.full((runs, slots), np.inf)
     fresh = np.full(runs, w.episodes, dtype=np.int64)  # episodes never started
     left = np.full(runs, w.episodes, dtype=np.int64)  # episodes not completed
-    t = np.zeros(runs)
+    hsum = np.zeros(runs)  # held.sum(axis=1)
+    alloc = np.zeros(runs, dtype=np.int64)  # index of the current spot allocation
     on_demand = np.full(runs, reliable, dtype=np.bool_)
-    active = np.arange(runs)
-    k = steps = 0
+    start = np.zeros(runs)  # start of the current allocation (billing starts here)
+    ends = np.zeros(runs)  # when the current allocation is taken back
+    now = np.zeros(runs)  # time of the run's last event
 
-    while active.size:
-        if k >= max_allocations:
-            raise _TooLong(f"more than {max_allocations} allocations in a run")
-        life_k, wait_k, boot_k = draws.column(k)
-        od = on_demand[active]
-        start = t[active]
-        life = np.where(od, np.inf, life_k[active])
-        boot = np.where(od, od_boot[active], boot_k[active])
-        wait = np.where(od, 0.0, wait_k[active]) if k > 0 else np.zeros(active.size)
-        if deadline is not None and k > 0:
-            work_sum = held[active].sum(axis=1) + fresh[active] * mean_length
-            latest = latest_switch(left[active].astype(np.float64), work_sum)
-            in_wait = ~od & (latest < start + wait)
-            start = np.where(in_wait, np.maximum(start, latest), start + wait)
-            life = np.where(in_wait, np.inf, life)
-            boot = np.where(in_wait, od_boot[active], boot)
-            od = od | in_wait
-            on_demand[active] = od
-            out.switched[active] |= in_wait
-        else:
-            start = start + wait
-        k += 1
+    def begin(rows: IntArray, at: FloatArray, life: FloatArray, boot: FloatArray) -> None:
+        """Start allocations at `at`: after the boot, held episodes restart, idle slots take new ones."""
+        h = held[rows]
+        idle = h == 0
+        take = idle & (np.cumsum(idle, axis=1) <= fresh[rows][:, None])
+        h = np.where(take, draw(h.shape), h)
+        held[rows] = h
+        fresh[rows] -= take.sum(axis=1)
+        hsum[rows] = h.sum(axis=1)
+        finish[rows] = np.where(h > 0, (at + boot)[:, None] + h, np.inf)
+        ends[rows] = at + life
+        now[rows] = at
+        start[rows] = at
 
-        # Fill the idle slots with unstarted episodes; held (interrupted) episodes restart first.
-        ids = active.copy()
-        hl = held[ids]
-        fr = fresh[ids]
-        lf = left[ids]
-        idle = hl == 0
-        take = idle & (np.cumsum(idle, axis=1) <= fr[:, None])
-        hl = np.where(take, draw(hl.shape), hl)
-        fr = fr - take.sum(axis=1)
-        hsum = hl.sum(axis=1)
-        finish = np.where(hl > 0, (start + boot)[:, None] + hl, np.inf)
-        ends = start + life
-        now = start.copy()
-        starts = start
-        ods = od
-
-        while ids.size:
-            steps += 1
-            if steps > max_steps:
-                raise _TooLong(f"more than {max_steps} steps")
-            m = ids.size
-            order = np.argsort(finish, axis=1)
-            cells = (np.arange(m)[:, None], order)
-            fs = finish[cells]
-            hs = hl[cells]
-            gets = rank[None, :] < fr[:, None]  # the i-th completion takes the i-th unstarted episode
-            new = np.where(gets, draw((m, slots)), 0.0)
-            new_finish = np.where(gets, fs + new, np.inf)
-            before = np.minimum.accumulate(new_finish, axis=1)
-            bound = np.minimum(
-                np.concatenate([np.full((m, 1), np.inf), before[:, :-1]], axis=1), ends[:, None]
-            )
-            ok = np.logical_and.accumulate(np.isfinite(fs) & (fs <= bound), axis=1)
-            n_ok = ok.sum(axis=1)
-
+    def next_allocation(rows: IntArray, at: FloatArray) -> None:
+        """After an allocation ended at `at`: on-demand starts at once; spot waits, maybe switches."""
+        od = on_demand[rows]
+        life = np.full(rows.size, np.inf)
+        boot = od_boot[ids[rows]]
+        at = at.copy()
+        spot = rows[~od]
+        if spot.size:
+            if int(alloc[spot].max()) >= max_allocations:
+                raise _TooLong(f"more than {max_allocations} allocations in a run")
+            life_k, wait_k, boot_k = draws.take(alloc[spot], ids[spot])
+            s = at[~od]
             if deadline is not None:
-                # state before the j-th completion of this step, for the switch rule
-                taken = np.cumsum(gets, axis=1) - gets
-                left_j = lf[:, None] - rank[None, :]
-                sum_j = (
-                    hsum[:, None]
-                    - (np.cumsum(hs, axis=1) - hs)
-                    + (np.cumsum(new, axis=1) - new)
-                    + (fr[:, None] - taken) * mean_length
-                )
-                latest_j = latest_switch(left_j.astype(np.float64), sum_j)
-                latest_j = np.where(ods[:, None], np.inf, latest_j)  # on-demand never switches
-                checked = rank[None, :] < np.maximum(n_ok, 1)[:, None]
-                fires = checked & (latest_j < np.minimum(fs, ends[:, None]))
-                any_fire = fires.any(axis=1)
-                first = np.where(any_fire, fires.argmax(axis=1), slots)
-                n_proc = np.minimum(n_ok, first)
-                latest = latest_j[np.arange(m), np.minimum(first, slots - 1)]
+                latest = latest_switch(left[spot].astype(np.float64), hsum[spot] + fresh[spot] * mean_length)
+                in_wait = latest < s + wait_k
+                s = np.where(in_wait, np.maximum(s, latest), s + wait_k)
+                on_demand[spot] |= in_wait
+                out.switched[ids[spot]] |= in_wait
+                life_k = np.where(in_wait, np.inf, life_k)
+                boot_k = np.where(in_wait, od_boot[ids[spot]], boot_k)
             else:
-                any_fire = np.zeros(m, dtype=np.bool_)
-                n_proc = n_ok
-                latest = np.full(m, np.inf)
+                s = s + wait_k
+            at[~od], life[~od], boot[~od] = s, life_k, boot_k
+        begin(rows, at, life, boot)
 
-            done = rank[None, :] < n_proc[:, None]
-            if done.any():
-                lf = lf - n_proc
-                fr = fr - (gets & done).sum(axis=1)
-                hsum = hsum + np.where(done, new - hs, 0.0).sum(axis=1)
-                hl[cells] = np.where(done, new, hs)
-                finish[cells] = np.where(done, new_finish, fs)
-                last = np.maximum(n_proc - 1, 0)
-                now = np.where(n_proc > 0, fs[np.arange(m), last], now)
+    first = np.arange(runs)
+    life0, _, boot0 = draws.take(alloc, ids)
+    begin(first, np.zeros(runs), np.where(on_demand, np.inf, life0), np.where(on_demand, od_boot, boot0))
 
-            finished = lf == 0
-            switch = any_fire & ~finished
-            preempt = ~finished & ~switch & (n_ok == 0)
-            leave = finished | switch | preempt
-            if not leave.any():
-                continue
-            stop = np.where(finished, now, np.where(preempt, ends, np.maximum(now, latest)))
-            billed = stop - starts
-            lid = ids[leave]
-            out.spot_billed[lid] += np.where(ods[leave], 0.0, billed[leave])
-            out.od_billed[lid] += np.where(ods[leave], billed[leave], 0.0)
-            out.preemptions[lid] += preempt[leave]
-            out.switched[lid] |= switch[leave]
-            on_demand[lid] |= switch[leave]
-            t[lid] = stop[leave]
-            held[lid] = hl[leave]  # in-flight episodes are lost: they restart on the next allocation
-            fresh[lid] = fr[leave]
-            left[lid] = lf[leave]
-            out.wall[ids[finished]] = stop[finished]
-            keep = ~leave
-            ids, hl, fr, lf, hsum = ids[keep], hl[keep], fr[keep], lf[keep], hsum[keep]
-            finish, ends, now, starts, ods = finish[keep], ends[keep], now[keep], starts[keep], ods[keep]
-        active = active[left[active] > 0]
+    steps = 0
+    while ids.size:
+        steps += 1
+        if steps > max_steps:
+            raise _TooLong(f"more than {max_steps} steps")
+        m = ids.size
+        rows = np.arange(m)
+        order = np.argsort(finish, axis=1)
+        cells = (rows[:, None], order)
+        fs = finish[cells]
+        hs = held[cells]
+        gets = rank[None, :] < fresh[:, None]  # the i-th completion takes the i-th unstarted episode
+        new = np.where(gets, draw((m, slots)), 0.0)
+        new_finish = np.where(gets, fs + new, np.inf)
+        before = np.minimum.accumulate(new_finish, axis=1)
+        bound = np.minimum(np.concatenate([np.full((m, 1), np.inf), before[:, :-1]], axis=1), ends[:, None])
+        ok = np.logical_and.accumulate(np.isfinite(fs) & (fs <= bound), axis=1)
+        n_ok = ok.sum(axis=1)
+
+        if deadline is not None:
+            # the state before the j-th completion of this step, for the switch rule
+            taken: IntArray = np.cumsum(gets, axis=1) - gets
+            left_j = left[:, None] - rank[None, :]
+            sum_j = (
+                hsum[:, None]
+                - (np.cumsum(hs, axis=1) - hs)
+                + (np.cumsum(new, axis=1) - new)
+                + (fresh[:, None] - taken) * mean_length
+            )
+            latest_j = latest_switch(left_j.astype(np.float64), sum_j)
+            latest_j = np.where(on_demand[:, None], np.inf, latest_j)  # on-demand never switches
+            checked = rank[None, :] < np.maximum(n_ok, 1)[:, None]
+            fires = checked & (latest_j < np.minimum(fs, ends[:, None]))
+            any_fire = fires.any(axis=1)
+            first_fire = np.where(any_fire, fires.argmax(axis=1), slots)
+            n_proc = np.minimum(n_ok, first_fire)
+            latest = latest_j[rows, np.minimum(first_fire, slots - 1)]
+        else:
+            any_fire = np.zeros(m, dtype=np.bool_)
+            n_proc = n_ok
+            latest = np.full(m, np.inf)
+
+        done = rank[None, :] < n_proc[:, None]
+        if done.any():
+            left -= n_proc
+            fresh -= (gets & done).sum(axis=1)
+            hsum += np.where(done, new - hs, 0.0).sum(axis=1)
+            held[cells] = np.where(done, new, hs)
+            finish[cells] = np.where(done, new_finish, fs)
+            now = np.where(n_proc > 0, fs[rows, np.maximum(n_proc - 1, 0)], now)
+
+        finished = left == 0
+        switch = any_fire & ~finished
+        preempt = ~finished & ~switch & (n_ok == 0)
+        leave = finished | switch | preempt
+        if not leave.any():
+            continue
+        stop = np.where(finished, now, np.where(preempt, ends, np.maximum(now, latest)))
+        lid = ids[leave]
+        billed = (stop - start)[leave]
+        od_leave = on_demand[leave]
+        out.spot_billed[lid] += np.where(od_leave, 0.0, billed)
+        out.od_billed[lid] += np.where(od_leave, billed, 0.0)
+        out.preemptions[lid] += preempt[leave]
+        out.switched[lid] |= switch[leave]
+        out.wall[ids[finished]] = stop[finished]
+        on_demand |= switch
+        alloc += preempt
+        again = rows[(switch | preempt)]
+        if again.size:
+            next_allocation(again, stop[again])
+        if finished.any():
+            keep = ~finished
+            ids, held, finish, fresh, left = ids[keep], held[keep], finish[keep], fresh[keep], left[keep]
+            hsum, alloc, on_demand = hsum[keep], alloc[keep], on_demand[keep]
+            start, ends, now = start[keep], ends[keep], now[keep]
+            if ids.size:
+                draws.release_below(int(alloc.min()))
     return out
 
 
@@ -510,9 +550,12 @@ def _summary(
     wq = np.quantile(outcome.wall, [0.05, 0.5, 0.95])
     return StrategyResult(
         mean_cost=float(cost.mean()),
+        cost_std=float(cost.std()),
         cost_quantiles=(float(cq[0]), float(cq[1]), float(cq[2])),
         mean_billed_hours=float(billed.mean()),
+        billed_std=float(billed.std()),
         mean_wall_hours=float(outcome.wall.mean()),
+        wall_std=float(outcome.wall.std()),
         wall_quantiles=(float(wq[0]), float(wq[1]), float(wq[2])),
         p_deadline=None if deadline is None else float(np.mean(outcome.wall <= deadline)),
         mean_preemptions=float(outcome.preemptions.mean()),

@@ -1,0 +1,314 @@
+"""`python -m scripts.placement` as a user runs it: report, JSON, stacks, plots, traces, bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scripts import placement as cli
+from spoteval.placement import EXAMPLE_WORKLOAD
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE = (
+    REPO.parent / "shared" / "traces" / "preemption" / "1-node" / "aws-04-22-2023" / "us-west-2b_v100_1.json"
+)
+
+
+def write_workload(tmp_path: Path, changes: dict[str, Any] | None = None, name: str = "work.yaml") -> Path:
+    raw = {**EXAMPLE_WORKLOAD, **(changes or {})}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
+    return path
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = cli.main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_cli_as_a_user_runs_it_prints_the_json_decision() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.placement", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert set(doc) == {"decision", "reasons", "inputs", "options", "break_even", "simulated"}
+    assert doc["decision"] == "spot"
+    assert set(doc["options"]) == {"spot", "on_demand", "non_preemptible"}
+    assert set(doc["options"]["spot"]) == {
+        "expected_cost",
+        "billed_hours",
+        "wall_hours",
+        "efficiency",
+        "p_deadline",
+        "eligible",
+        "why_not",
+    }
+    assert set(doc["break_even"]) == {"tau_hours", "price_ratio"}
+    assert doc["options"]["spot"]["expected_cost"] == pytest.approx(15.63892758, rel=1e-9)
+    assert doc["simulated"]["runs"] == 2000
+    assert set(doc["simulated"]["strategies"]) == {"spot", "spot_safety_net", "on_demand", "non_preemptible"}
+
+
+def test_cli_bad_input_as_a_user_sees_it_is_one_line_without_traceback(tmp_path: Path) -> None:
+    bad = write_workload(tmp_path, {"restart": {"wait_minutes": 30, "boot_minutes": -1}})
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.placement", str(bad)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == "error: workload.restart.boot_minutes: must be >= 0, got -1\n"
+
+
+def test_report_states_every_input_option_and_the_decision(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    for text in (
+        "built-in example workload",
+        "N = 2000",
+        "D = 12 min",
+        "C = 32",
+        "n = N/C = 62.5",
+        "tau = 6 h",
+        "wait W = 30 min",
+        "boot B = 9 min",
+        "spot 1.20, on_demand 3.40, non_preemptible 2.10",
+        "24 h, met with probability >= 0.9",
+        "10%",
+        "price_cap 2.00, budget 500.00",
+        "15.64",  # spot's expected cost
+        "43.01",  # on-demand's
+        "26.57",  # non-preemptible's
+        "95.9%",  # spot's efficiency
+        "spot_safety_net",
+        "Break-even",
+        "tau = 0.0771 h",
+        "Decision: spot",
+        "spot is the only eligible option",
+        "non_preemptible is not eligible: its price 2.10 per node-hour is above the grant's price_cap 2.00.",
+    ):
+        assert text in out, text
+    assert "\x1b[" not in out  # no terminal codes when not on a terminal
+
+
+def test_json_reports_options_break_even_and_simulation(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write_workload(tmp_path, {"grant": None})
+    code, doc = run_json(capsys, str(path))
+    assert code == 0
+    assert doc["decision"] == "spot"
+    assert doc["inputs"]["wait_hours"] == pytest.approx(0.5)
+    assert doc["inputs"]["grant"]["budget"] is None
+    assert all(o["eligible"] and o["why_not"] is None for o in doc["options"].values())
+    assert doc["options"]["on_demand"]["p_deadline"] == 1.0
+    assert doc["options"]["spot"]["p_deadline"] == doc["simulated"]["strategies"]["spot"]["p_deadline"]
+    assert doc["break_even"]["price_ratio"] == pytest.approx(13.03243965 / (0.9 * 12.65), rel=1e-9)
+    assert 0 < doc["break_even"]["tau_hours"] < 6
+    assert doc["simulated"]["warnings"] == []
+    assert doc["simulated"]["trace"] is None
+
+
+def test_decision_none_exits_3_with_every_reason(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_workload(tmp_path, {"grant": {"budget": 10}})
+    code, doc = run_json(capsys, str(path))
+    assert code == 3
+    assert doc["decision"] == "none"
+    assert len(doc["reasons"]) == 4
+    assert cli.main([str(path)]) == 3
+    assert "Decision: none" in capsys.readouterr().out
+
+
+def test_seed_and_runs_reach_the_simulation(capsys: pytest.CaptureFixture[str]) -> None:
+    _, a = run_json(capsys, "--runs", "300", "--seed", "7")
+    _, b = run_json(capsys, "--runs", "300", "--seed", "7")
+    _, c = run_json(capsys, "--runs", "300", "--seed", "8")
+    assert a["simulated"]["runs"] == 300
+    assert a["simulated"] == b["simulated"]
+    assert a["simulated"]["strategies"]["spot"] != c["simulated"]["strategies"]["spot"]
+
+
+# --- stacks ---------------------------------------------------------------------------------------
+
+
+def write_stack(stacks: Path, name: str, config: dict[str, Any]) -> None:
+    stacks.mkdir(exist_ok=True)
+    (stacks / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": config}))
+
+
+def test_stack_workload_block_is_used(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    stacks = tmp_path / "stacks"
+    workload = {**EXAMPLE_WORKLOAD, "lifetime_hours": 0.5, "grant": None}
+    write_stack(stacks, "aws-test", {"aws:region": "us-east-1", "spot-eval:workload": workload})
+    code, doc = run_json(capsys, "--stack", "aws-test", "--stacks-dir", str(stacks))
+    assert code == 0
+    assert doc["inputs"]["lifetime_hours"] == 0.5
+    assert cli.main(["--stack", "aws-test", "--stacks-dir", str(stacks)]) == 0
+    assert "stack aws-test" in capsys.readouterr().out
+
+
+def test_stack_errors_name_the_key_in_the_stack(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    stacks = tmp_path / "stacks"
+    workload = {**EXAMPLE_WORKLOAD, "restart": {"wait_minutes": 30, "boot_minutes": -1}}
+    write_stack(stacks, "bad", {"spot-eval:workload": workload})
+    assert cli.main(["--stack", "bad", "--stacks-dir", str(stacks)]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: spot-eval:workload.restart.boot_minutes: must be >= 0, got -1\n"
+
+
+def test_missing_stack_and_stack_without_workload_are_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stacks = tmp_path / "stacks"
+    write_stack(stacks, "bare", {"aws:region": "us-east-1"})
+    assert cli.main(["--stack", "absent", "--stacks-dir", str(stacks)]) == 2
+    assert "stack 'absent' not found" in capsys.readouterr().err
+    assert cli.main(["--stack", "bare", "--stacks-dir", str(stacks)]) == 2
+    err = capsys.readouterr().err
+    assert "config.spot-eval:workload: missing" in err
+    assert err.count("\n") == 1
+    assert cli.main(["--stack", "../etc", "--stacks-dir", str(stacks)]) == 2
+    assert "not a stack name" in capsys.readouterr().err
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"episodes": None}, "workload.episodes: missing"),
+        ({"colour": "blue"}, "workload.colour: unknown key"),
+        (
+            {"restart": {"wait_minutes": -30, "boot_minutes": 9}},
+            "workload.restart.wait_minutes: must be >= 0",
+        ),
+        ({"episode_minutes": 0}, "workload.episode_minutes: must be > 0"),
+        ({"lifetime_hours": 0}, "workload.lifetime_hours: must be > 0"),
+        ({"episodes": 0}, "workload.episodes: must be > 0"),
+        ({"concurrency": 0}, "workload.concurrency: must be > 0"),
+        ({"prices": {"spot": 1.2, "on_demand": -3.4}}, "workload.prices.on_demand: must be >= 0"),
+        ({"grant": {"price_cap": "high"}}, "workload.grant.price_cap: must be a number"),
+    ],
+)
+def test_bad_workload_exits_2_naming_the_key(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, changes: dict[str, Any], key: str
+) -> None:
+    path = write_workload(tmp_path, changes)
+    assert cli.main([str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"error: {key}")
+    assert captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("episodes: [2000\nconcurrency: 32\n", "malformed YAML at line 2 column 12"),
+        ("episodes: 2000\n  concurrency: 32\n", "malformed YAML at line 2 column 14"),
+        ("- 2000\n- 32\n", "a workload must be a mapping of keys, got list"),
+        ("", "a workload must be a mapping of keys, got NoneType"),
+    ],
+)
+def test_malformed_workload_file_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, problem: str
+) -> None:
+    path = tmp_path / "work.yaml"
+    path.write_text(text)
+    assert cli.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: ")
+    assert problem in err
+    assert err.count("\n") == 1
+
+
+def test_missing_workload_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli.main([str(tmp_path / "absent.yaml")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'absent.yaml'}: workload file not found\n"
+
+
+def test_trace_waits_need_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--waits", "trace"]) == 2
+    assert "--waits: trace needs --trace FILE" in capsys.readouterr().err
+
+
+# --- plot, trace, hooks ---------------------------------------------------------------------------
+
+
+def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    workload = write_workload(tmp_path, {"grant": None, "lifetime_interval_hours": [3, 12]})
+    png = tmp_path / "cost.png"
+    assert cli.main([str(workload), "--plot", str(png), "--runs", "200"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000
+    assert f"plot written to {png}" in capsys.readouterr().out
+
+
+def test_plot_to_an_unwritable_place_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli.main(["--plot", str(tmp_path / "no" / "such" / "dir" / "cost.png"), "--runs", "100"]) == 2
+    assert capsys.readouterr().err.startswith("error: --plot: cannot write")
+
+
+@pytest.mark.skipif(not TRACE.is_file(), reason=f"trace file not found: {TRACE}")
+def test_trace_replay_reports_the_trace_and_its_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = run_json(capsys, "--trace", str(TRACE))
+    assert code == 3  # the V100 trace's lifetimes make spot miss the 24 h deadline; the cap excludes the rest
+    sim = doc["simulated"]
+    assert "45 trace lifetimes" in sim["lifetimes"]
+    assert "44 trace capacity waits" in sim["waits"]
+    assert sim["trace"]["preemptions"] == 45
+    assert sim["trace"]["tau_hours"] == pytest.approx(0.817, rel=0.01)
+    assert any("not exponential" in w for w in sim["warnings"])
+    assert any("outside the trace's 95% interval" in w for w in sim["warnings"])
+    assert doc["options"]["spot"]["p_deadline"] < 0.9
+    assert cli.main(["--trace", str(TRACE), "--runs", "200"]) == 3
+    assert "coefficient of variation 1.34" in capsys.readouterr().out
+
+
+def test_a_trace_that_cannot_be_read_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli.main(["--trace", str(tmp_path / "absent.json")]) == 2
+    assert "trace file not found" in capsys.readouterr().err
+    never = tmp_path / "never.json"
+    never.write_text('{"metadata": {"gap_seconds": 60}, "data": [0, 0, 0]}')
+    assert cli.main(["--trace", str(never)]) == 2
+    assert "no preemption in the trace" in capsys.readouterr().err
+
+
+class _MeasuredLifetime:
+    """A hook as a run-record reader would be: an option, and measured numbers over the configured."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--measured-tau", type=float)
+
+    def apply(self, args: argparse.Namespace, loaded: cli.LoadedWorkload) -> cli.LoadedWorkload:
+        if args.measured_tau is None:
+            return loaded
+        raw = {**loaded.raw, "lifetime_hours": args.measured_tau}
+        return cli.LoadedWorkload(raw=raw, where=loaded.where, source=f"{loaded.source} + measured tau")
+
+
+def test_input_hooks_add_options_and_refine_the_workload(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "INPUT_HOOKS", [_MeasuredLifetime()])
+    code, doc = run_json(capsys, "--measured-tau", "2.5", "--runs", "100")
+    assert code == 0
+    assert doc["inputs"]["lifetime_hours"] == 2.5
