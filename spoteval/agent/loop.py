@@ -74,6 +74,7 @@ class BootTimes:
     boot_to_agent_s: float | None
     source: str | None
     extra: Mapping[str, float] = field(default_factory=dict)
+    boot_time: datetime | None = None
 
 
 def boot_times(boot_file: str, agent_started: datetime) -> BootTimes:
@@ -87,14 +88,19 @@ def boot_times(boot_file: str, agent_started: datetime) -> BootTimes:
             script = parse_time(doc["startup_script_started"])
             extra["boot_to_startup_script_s"] = round((script - boot).total_seconds(), 3)
             extra["startup_script_to_agent_s"] = round((agent_started - script).total_seconds(), 3)
-        return BootTimes(round((agent_started - boot).total_seconds(), 3), "boot_file", extra)
+        return BootTimes(round((agent_started - boot).total_seconds(), 3), "boot_file", extra, boot)
     except (OSError, ValueError, KeyError, TypeError, RecordError):
         pass
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # field 22: process start time, in clock ticks after boot
-        return BootTimes(round(ticks / os.sysconf("SC_CLK_TCK"), 3), "proc")
+        seconds = ticks / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        # boot = now - uptime; the process started `seconds` after boot
+        boot = utc_now() - timedelta(seconds=uptime)
+        return BootTimes(round(seconds, 3), "proc", {}, boot)
     except (OSError, ValueError, IndexError):
         return BootTimes(None, None)
 
@@ -221,8 +227,8 @@ class Agent:
 
     def _billed_from(self) -> datetime:
         """Machine boot on VM providers (billed from boot), else this agent's start."""
-        if self.config.node.provider in BILLED_FROM_BOOT and self.boot.boot_to_agent_s is not None:
-            return self.started_wall - timedelta(seconds=self.boot.boot_to_agent_s)
+        if self.config.node.provider in BILLED_FROM_BOOT and self.boot.boot_time is not None:
+            return min(self.boot.boot_time, self.started_wall)
         return self.started_wall
 
     def _mine_s(self) -> float:
