@@ -114,6 +114,76 @@ def test_long_episodes_suffer_more_than_their_mean_length_suggests() -> None:
     assert a.mean_billed_hours - b.mean_billed_hours > 5 * se
 
 
+# --- the event engine against a plain one-event-at-a-time reference ----------------------------------
+
+
+def reference_spot(
+    episodes: int,
+    slots: int,
+    lengths: list[float],
+    tau: float,
+    wait: float,
+    boot: float,
+    rng: np.random.Generator,
+) -> tuple[float, float]:
+    """Billed and wall hours of one run, simulated the obvious way: a heap of slots, one event at a time."""
+    import heapq
+
+    t = billed = 0.0
+    fresh, held = episodes, []
+    pool = iter(rng.choice(lengths, size=episodes).tolist())  # the unstarted episodes' lengths
+    first = True
+    while True:
+        if not first:
+            t += wait
+        first = False
+        start, end = t, t + rng.exponential(tau)
+        running: list[tuple[float, float]] = []
+        for _ in range(slots):
+            if held:
+                d = held.pop()
+            elif fresh:
+                d, fresh = next(pool), fresh - 1
+            else:
+                break
+            running.append((start + boot + d, d))
+        heapq.heapify(running)
+        now = start
+        while running and running[0][0] <= end:
+            now, _ = heapq.heappop(running)
+            if fresh:
+                d, fresh = next(pool), fresh - 1
+                heapq.heappush(running, (now + d, d))
+        if not running:
+            return billed + now - start, now
+        held = [d for _, d in running]  # interrupted: they restart first on the next allocation
+        billed += end - start
+        t = end
+
+
+def test_event_engine_matches_a_one_event_at_a_time_reference() -> None:
+    lengths, runs = [0.1, 0.3, 0.8], 3000
+    rng = np.random.default_rng(12)
+    ref = np.array([reference_spot(60, 4, lengths, 1.0, 0.5, 0.1, rng) for _ in range(runs)])
+    wl = make(episodes=60, concurrency=4, tau=1.0, samples=lengths, b=0.1, w=0.5)
+    sim = spot_only(wl, runs=runs, seed=12)
+    se_billed = math.hypot(ref[:, 0].std(), sim.billed_std) / math.sqrt(runs)
+    se_wall = math.hypot(ref[:, 1].std(), sim.wall_std) / math.sqrt(runs)
+    assert abs(sim.mean_billed_hours - ref[:, 0].mean()) < 4 * se_billed
+    assert abs(sim.mean_wall_hours - ref[:, 1].mean()) < 4 * se_wall
+
+
+def test_on_demand_makespan_is_list_scheduling() -> None:
+    # no preemption: the reference's makespan is greedy list scheduling of i.i.d. lengths on C slots
+    lengths, runs = [0.05, 0.1, 0.2, 0.3, 0.7], 2000
+    rng = np.random.default_rng(4)
+    ref = np.array([reference_spot(300, 16, lengths, 1e12, 0.0, 0.25, rng)[1] for _ in range(runs)])
+    wl = make(episodes=300, concurrency=16, tau=1.0, samples=lengths, b=0.25, w=0.5)
+    od = simulate(wl, runs=runs, seed=4, strategies=["on_demand"]).strategies["on_demand"]
+    se = math.hypot(ref.std(), od.wall_std) / math.sqrt(runs)
+    assert abs(od.mean_wall_hours - ref.mean()) < 4 * se
+
+
 # --- the engines and the strategies ---------------------------------------------------------------
 
 
