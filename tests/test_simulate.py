@@ -130,7 +130,7 @@ def reference_spot(
     import heapq
 
     t = billed = 0.0
-    fresh, held = episodes, []
+    fresh, held = episodes, list[float]()
     pool = iter(rng.choice(lengths, size=episodes).tolist())  # the unstarted episodes' lengths
     first = True
     while True:
