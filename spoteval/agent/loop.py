@@ -213,6 +213,14 @@ class Agent:
         item = Item(EVENT, ev.to_json(), key_time=format_time(when), node=node.id, seq=next(self.seq))
         return self.up.submit(item)
 
+    def _wait_durable(self, item: Item, timeout: float) -> bool:
+        """Wait until the item is in the store; give up early while the store is down (it stays spooled)."""
+        deadline = time.monotonic() + timeout
+        while not item.done.wait(0.05):
+            if self.up.store_down or time.monotonic() >= deadline:
+                return False
+        return True
+
     def _in_flight_detail(self) -> list[list[Any]]:
         return [[e, d, format_time(t)] for (e, d), t in sorted(self.in_flight.items())]
 
@@ -285,7 +293,7 @@ class Agent:
         }
         self.my_start = utc_now()
         start = self.event("start", reason, start_details, when=self.my_start)
-        start.done.wait(NOTICE_WAIT_S)
+        self._wait_durable(start, NOTICE_WAIT_S)
         self.log(
             f"start ({reason}) run {self.config.run_id} node {self.config.node.id}: "
             f"{len(self.pending)} to run, {len(self.final)} final, price {self.price.per_hour} "
@@ -527,8 +535,7 @@ class Agent:
                 "counts": self._counts(),
             },
         )
-        if not self.up.store_down:
-            journal.done.wait(JOURNAL_WAIT_S)
+        self._wait_durable(journal, JOURNAL_WAIT_S)
         base_env = dict(os.environ)
         for run in batch:
             entry = self.manifest[run.episode_id]
@@ -673,7 +680,7 @@ class Agent:
         self.deadline_mono = self.notice_mono + left
         self.pending.clear()
         item = self.event("notice", notice.reason, details)
-        item.done.wait(min(NOTICE_WAIT_S, max(0.5, left / 3)))
+        self._wait_durable(item, min(NOTICE_WAIT_S, max(0.5, left / 3)))
         self.log(f"notice {notice.reason}: {left:.1f} s left, {len(self.running)} in flight")
         for run, ended in self.settling:
             self._finalize(run, ep.Ended("interrupted", error=f"ended during shutdown: {ended.error}"))
