@@ -32,9 +32,15 @@ Strategies (all on the same random draws, so their differences are not noise):
 Two engines compute the same process. `lockstep` (single episode length): all slots start together
 after each boot, so an allocation completes floor((L - B) / D) rounds and each step handles one
 allocation of every run at once; this is what makes >= 2000 runs of a typical workload take a few
-milliseconds. `events` (episode samples): each step handles the next event of every run (a slot
-finishing, the allocation ending, or the safety net switching). Both are vectorised over runs with
-numpy and give the same numbers on a single episode length.
+milliseconds. `events` (episode samples): greedy list scheduling on C slots; each step completes,
+for every run at once, the episodes that provably finish before anything else happens (see
+`_run_events`), and a run whose allocation ends starts its next one in the same step. Both are
+vectorised over runs with numpy and give the same numbers on a single episode length; the `events`
+engine is also checked against a plain one-event-at-a-time simulation in the tests.
+
+With episode samples the safety net's remaining-work estimate is a mean, so the on-demand tail
+(the last, longest episodes) can overrun the 2B reserve: the safety net then misses the deadline in
+a few runs, which the simulation shows rather than hides.
 """
 
 from __future__ import annotations
@@ -463,26 +469,19 @@ def _run_events(
             raise _TooLong(f"more than {max_steps} steps")
         m = ids.size
         rows = np.arange(m)
-        order = np.argsort(finish, axis=1)
-        cells = (rows[:, None], order)
-        fs = finish[cells]
-        hs = held[cells]
-        gets = rank[None, :] < fresh[:, None]  # the i-th completion takes the i-th unstarted episode
-        new = np.where(gets, draw((m, slots)), 0.0)
-        new_finish = np.where(gets, fs + new, np.inf)
-        in_time = np.isfinite(fs) & (fs <= ends[:, None])
 
         # Shortcut, still exact: when every completion up to the last in-flight one before the end of
         # the allocation gets an unstarted episode, the order of completions changes nothing, so they
         # all complete in this step. `most` bounds the completions in that window: the in-flight ones,
         # plus, per slot, one per shortest length after its own completion. (The bound must not look
-        # at the lengths just drawn: choosing by them would keep long draws more often than short.)
-        # With the safety net, only when the switch provably cannot come within the window: each
-        # completion raises the remaining work's sum by at most max - min - mean, and
+        # at lengths drawn for this step: choosing by them would keep long draws more often than
+        # short ones.) With the safety net, only when the switch provably cannot come within the
+        # window: each completion raises the remaining work's sum by at most max - min - mean, and
         # ceil(l / C) / l <= 1 / C + 1 / l.
-        n_time = in_time.sum(axis=1)
-        last_in_time = fs[rows, np.maximum(n_time - 1, 0)]
-        after = np.where(in_time, last_in_time[:, None] - fs, 0.0)
+        due = np.isfinite(finish) & (finish <= ends[:, None])
+        n_time = due.sum(axis=1)
+        last_in_time = np.where(due, finish, -np.inf).max(axis=1)
+        after = np.where(due, last_in_time[:, None] - finish, 0.0)
         most = n_time + np.floor(after / min_length).sum(axis=1)
         relax = (n_time > 0) & (fresh >= most)
         if deadline is not None:
@@ -490,56 +489,83 @@ def _run_events(
             rise = max(max_length - min_length - mean_length, 0.0)
             worst = (hsum + fresh * mean_length + most * rise) * (1 / slots + 1 / np.maximum(spare, 1))
             relax &= on_demand | ((spare > 0) & (deadline - (worst + reserve) >= last_in_time))
+        if relax.any():
+            # every due episode completes and its slot takes an unstarted one; nobody leaves
+            due &= relax[:, None]
+            new = np.where(due, draw((m, slots)), held)
+            hsum += (new - held).sum(axis=1)
+            finish = np.where(due, finish + new, finish)
+            held = new
+            taken_now = np.where(relax, n_time, 0)
+            left -= taken_now
+            fresh -= taken_now
+            now = np.where(relax, np.maximum(now, last_in_time), now)
+        xs = np.flatnonzero(~relax)
+        if not xs.size:
+            continue
 
-        any_fire = np.zeros(m, dtype=np.bool_)
-        latest = np.full(m, np.inf)
-        if relax.all():
-            n_ok = n_proc = n_time
-        else:
-            # One event at a time, in order: a completion is taken only if it comes before every
-            # episode started earlier in this step could finish.
-            before = np.minimum.accumulate(new_finish, axis=1)
-            bound = np.minimum(
-                np.concatenate([np.full((m, 1), np.inf), before[:, :-1]], axis=1), ends[:, None]
+        # The other runs: one event at a time, in order. A completion is taken only if it comes
+        # before every episode started earlier in this step could finish, and before the safety net
+        # switches.
+        k = xs.size
+        krows = np.arange(k)
+        order = np.argsort(finish[xs], axis=1)
+        cells = (xs[:, None], order)
+        fs = finish[cells]
+        hs = held[cells]
+        fr, lf, hsx, endx = fresh[xs], left[xs], hsum[xs], ends[xs]
+        gets = rank[None, :] < fr[:, None]  # the i-th completion takes the i-th unstarted episode
+        new = np.where(gets, draw((k, slots)), 0.0)
+        new_finish = np.where(gets, fs + new, np.inf)
+        before = np.minimum.accumulate(new_finish, axis=1)
+        bound = np.minimum(np.concatenate([np.full((k, 1), np.inf), before[:, :-1]], axis=1), endx[:, None])
+        ok = np.logical_and.accumulate(np.isfinite(fs) & (fs <= bound), axis=1)
+        n_ok = ok.sum(axis=1)
+        n_proc = n_ok
+        fire = np.zeros(k, dtype=np.bool_)
+        latest = np.full(k, np.inf)
+        if deadline is not None:
+            # the state before the j-th completion of this step, for the switch rule
+            taken: IntArray = np.cumsum(gets, axis=1) - gets
+            left_j = lf[:, None] - rank[None, :]
+            sum_j = (
+                hsx[:, None]
+                - (np.cumsum(hs, axis=1) - hs)
+                + (np.cumsum(new, axis=1) - new)
+                + (fr[:, None] - taken) * mean_length
             )
-            ok = np.logical_and.accumulate(in_time & (fs <= bound), axis=1)
-            n_ok = np.where(relax, n_time, ok.sum(axis=1))
-            n_proc = n_ok
-            if deadline is not None:
-                # the state before the j-th completion of this step, for the switch rule
-                taken: IntArray = np.cumsum(gets, axis=1) - gets
-                left_j = left[:, None] - rank[None, :]
-                sum_j = (
-                    hsum[:, None]
-                    - (np.cumsum(hs, axis=1) - hs)
-                    + (np.cumsum(new, axis=1) - new)
-                    + (fresh[:, None] - taken) * mean_length
-                )
-                latest_j = latest_switch(left_j.astype(np.float64), sum_j)
-                latest_j = np.where(on_demand[:, None], np.inf, latest_j)  # on-demand never switches
-                checked = rank[None, :] < np.maximum(n_ok, 1)[:, None]
-                fires = checked & ~relax[:, None] & (latest_j < np.minimum(fs, ends[:, None]))
-                any_fire = fires.any(axis=1)
-                first_fire = np.where(any_fire, fires.argmax(axis=1), slots)
-                n_proc = np.minimum(n_ok, first_fire)
-                latest = latest_j[rows, np.minimum(first_fire, slots - 1)]
+            latest_j = latest_switch(left_j.astype(np.float64), sum_j)
+            latest_j = np.where(on_demand[xs][:, None], np.inf, latest_j)  # on-demand never switches
+            checked = rank[None, :] < np.maximum(n_ok, 1)[:, None]
+            fires = checked & (latest_j < np.minimum(fs, endx[:, None]))
+            fire = fires.any(axis=1)
+            first_fire = np.where(fire, fires.argmax(axis=1), slots)
+            n_proc = np.minimum(n_ok, first_fire)
+            latest = latest_j[krows, np.minimum(first_fire, slots - 1)]
 
         done = rank[None, :] < n_proc[:, None]
         if done.any():
-            left -= n_proc
-            fresh -= (gets & done).sum(axis=1)
-            hsum += np.where(done, new - hs, 0.0).sum(axis=1)
+            left[xs] -= n_proc
+            fresh[xs] -= (gets & done).sum(axis=1)
+            hsum[xs] += np.where(done, new - hs, 0.0).sum(axis=1)
             held[cells] = np.where(done, new, hs)
             finish[cells] = np.where(done, new_finish, fs)
-            now = np.where(n_proc > 0, np.maximum(now, fs[rows, np.maximum(n_proc - 1, 0)]), now)
+            last_done = fs[krows, np.maximum(n_proc - 1, 0)]
+            now[xs] = np.where(n_proc > 0, np.maximum(now[xs], last_done), now[xs])
 
+        any_fire = np.zeros(m, dtype=np.bool_)
+        any_fire[xs] = fire
+        no_progress = np.zeros(m, dtype=np.bool_)
+        no_progress[xs] = n_ok == 0
+        switch_at = np.full(m, np.inf)
+        switch_at[xs] = latest
         finished = left == 0
         switch = any_fire & ~finished
-        preempt = ~finished & ~switch & (n_ok == 0)
+        preempt = ~finished & ~switch & no_progress
         leave = finished | switch | preempt
         if not leave.any():
             continue
-        stop = np.where(finished, now, np.where(preempt, ends, np.maximum(now, latest)))
+        stop = np.where(finished, now, np.where(preempt, ends, np.maximum(now, switch_at)))
         lid = ids[leave]
         billed = (stop - start)[leave]
         od_leave = on_demand[leave]
