@@ -408,6 +408,7 @@ def plot(path: Path, placement: Placement, inputs: SimulationInputs) -> None:
     matplotlib.use("Agg")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     w = placement.workload
     be = placement.break_even.tau_hours
@@ -426,8 +427,14 @@ def plot(path: Path, placement: Placement, inputs: SimulationInputs) -> None:
         if name in curves:
             ys = [y if math.isfinite(y) else float("nan") for y in curves[name]]
             ax.plot(taus, ys, styles[name], label=f"{name}")
-    if placement.break_even.threshold is not None:
-        ax.axhline(placement.break_even.threshold, color="grey", lw=0.8, ls=":", label="spot's threshold")
+    threshold = placement.break_even.threshold
+    if threshold is not None:
+        label = (
+            f"(1 - {w.spot_margin:g}) x {placement.break_even.against}"
+            if placement.break_even.against is not None and threshold != w.grant.budget
+            else "budget"
+        )
+        ax.axhline(threshold, color="grey", lw=0.8, ls=":", label=f"spot must cost less: {label}")
     if be is not None:
         ax.axvline(be, color="red", lw=1, label=f"break-even tau {be:.3g} h")
     ax.axvline(w.lifetime_hours, color="black", lw=1, label=f"workload tau {w.lifetime_hours:g} h")
@@ -451,6 +458,10 @@ def plot(path: Path, placement: Placement, inputs: SimulationInputs) -> None:
     ]
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     ax.set_ylim(min(finite) * 0.8, max(*steady, placement.options["spot"].expected_cost) * 10)
     ax.set_xlim(low, high)
     ax.set_xlabel("mean allocation lifetime tau (hours)")

@@ -47,7 +47,7 @@ by bisection on log(tau). Deadline eligibility is not part of the break-even: it
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -676,7 +676,7 @@ def _decide(
     return decision, reasons
 
 
-def _bisect_log(f: Any, low: float, high: float) -> float:
+def _bisect_log(f: Callable[[float], float], low: float, high: float) -> float:
     """The root of a decreasing f on [low, high] (f(low) > 0 > f(high)), by bisection on log x."""
     a, b = math.log(low), math.log(high)
     for _ in range(200):
