@@ -188,6 +188,19 @@ def test_missing_stack_and_stack_without_workload_are_bad_input(
     assert "not a stack name" in capsys.readouterr().err
 
 
+REPO_STACKS = sorted((REPO / "stacks").glob("Pulumi.*.yaml"))
+
+
+@pytest.mark.skipif(not REPO_STACKS, reason="no stack files in stacks/")
+@pytest.mark.parametrize("stack", [p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in REPO_STACKS])
+def test_every_stack_of_the_repository_gives_a_decision(
+    capsys: pytest.CaptureFixture[str], stack: str
+) -> None:
+    code, doc = run_json(capsys, "--stack", stack, "--runs", "200")
+    assert code in (0, 3)
+    assert doc["decision"] in ("spot", "on_demand", "non_preemptible", "none")
+
+
 # --- bad input ------------------------------------------------------------------------------------
 
 
