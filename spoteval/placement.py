@@ -514,7 +514,8 @@ def _finite(value: float) -> float | None:
 
 def money(value: float) -> str:
     """A cost or price for reading: two decimals, or 'unbounded'."""
-    return f"{value:,.2f}" if math.isfinite(value) else "unbounded"
+    # round first so that float noise (26.774999... vs 26.775000...) does not print two values
+    return f"{round(value, 6):,.2f}" if math.isfinite(value) else "unbounded"
 
 
 def hours(value: float) -> str:
