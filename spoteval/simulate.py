@@ -379,12 +379,14 @@ def _run_events(
 ) -> _Outcome:
     """List scheduling of episodes on C slots, vectorised over runs, each run at its own pace.
 
-    Each step sorts every run's slots by finish time and completes, in that order, every episode
-    that finishes before any episode started within the step could (its finish is known, since
-    the next lengths are drawn first), before the allocation ends, and before the safety net
-    switches. The i-th completion of a step takes the i-th unstarted episode, so the result is
-    exactly that of handling one event at a time. A run whose allocation ends starts its next one
-    (wait, lifetime, boot) in the same step.
+    In each step, a run with enough unstarted episodes left that the order of its completions cannot
+    matter completes every episode due before its allocation ends (the shortcut below). Every other
+    run sorts its slots by finish time and completes, in that order, each episode that finishes
+    before any episode started within the step could (its finish is known, since the next lengths
+    are drawn first), before the allocation ends, and before the safety net switches; the i-th
+    completion takes the i-th unstarted episode. Either way the result is that of handling one
+    event at a time. A run whose allocation ends starts its next one (wait, lifetime, boot) in the
+    same step.
     """
     runs = draws.runs
     slots = w.concurrency
