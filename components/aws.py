@@ -1,0 +1,669 @@
+"""AWS: S3 result bucket with holds, instance role, VPC, the spot GPU node (or pool), stop rules and
+server-side capture of interruption events. One ComponentResource per concern, each child named after
+its component and parented to it; one explicit provider, built in `provider()`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Final
+
+import pulumi
+import pulumi_aws as aws
+from pulumi_aws import autoscaling, budgets, cloudwatch, ebs, ec2, iam, s3, scheduler
+
+from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.common import BuildContext, StackOutputs, child, held
+from components.settings import Settings
+from components.startup import render_startup_script
+
+ROOT_DEVICE: Final = "/dev/sda1"  # Ubuntu AMIs (the Deep Learning AMIs included)
+CACHE_DEVICE_NAME: Final = "/dev/sdf"
+INTERRUPTION_EVENTS: Final = {
+    "interruption": "EC2 Spot Instance Interruption Warning",
+    "rebalance": "EC2 Instance Rebalance Recommendation",
+    "state": "EC2 Instance State-change Notification",
+}
+#: idle stop rule: average CPU below this percentage for `stop.idle_minutes` (the agent's rule is exact)
+IDLE_CPU_PERCENT: Final = 5.0
+IDLE_PERIOD_S: Final = 300
+
+
+def provider(settings: Settings) -> aws.Provider:
+    """The one AWS provider of the stack: region passed explicitly, every resource tagged with the run."""
+    return aws.Provider(
+        f"{settings.run_id}-aws",
+        region=settings.region,
+        default_tags=aws.ProviderDefaultTagsArgs(tags=settings.tags),
+    )
+
+
+def _policy(statements: list[dict[str, object]]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def _assume(service: str) -> str:
+    return _policy([{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}])
+
+
+# --- result bucket ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreArgs:
+    bundle_path: Path
+    manifest_path: Path | None
+
+
+class Store(pulumi.ComponentResource):
+    """Private, versioned, encrypted S3 bucket that outlives every node, plus the agent bundle object."""
+
+    def __init__(self, name: str, args: StoreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:Store", name, None, opts)
+        self.bucket = s3.Bucket(f"{name}-results", force_destroy=False, opts=held(self))
+        self.public_access = s3.BucketPublicAccessBlock(
+            f"{name}-public-access",
+            bucket=self.bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=held(self),
+        )
+        self.ownership = s3.BucketOwnershipControls(
+            f"{name}-ownership",
+            bucket=self.bucket.id,
+            rule=s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+            opts=held(self),
+        )
+        self.versioning = s3.BucketVersioning(
+            f"{name}-versioning",
+            bucket=self.bucket.id,
+            versioning_configuration=s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+            opts=held(self),
+        )
+        self.encryption = s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption",
+            bucket=self.bucket.id,
+            rules=[
+                s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    apply_server_side_encryption_by_default=s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                        sse_algorithm="AES256"
+                    ),
+                    bucket_key_enabled=True,
+                )
+            ],
+            opts=held(self),
+        )
+        # Plain HTTP is refused: objects only move over TLS.
+        self.policy = s3.BucketPolicy(
+            f"{name}-tls-only",
+            bucket=self.bucket.id,
+            policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "DenyInsecureTransport",
+                            "Effect": "Deny",
+                            "Principal": "*",
+                            "Action": "s3:*",
+                            "Resource": [self.bucket.arn, pulumi.Output.concat(self.bucket.arn, "/*")],
+                            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                        }
+                    ],
+                }
+            ),
+            opts=held(self, depends_on=[self.public_access]),
+        )
+        self.bundle = s3.BucketObjectv2(
+            f"{name}-agent-bundle",
+            bucket=self.bucket.id,
+            key=OBJECT_KEY,
+            source=pulumi.FileAsset(str(args.bundle_path)),
+            content_type="application/zip",
+            opts=child(self, depends_on=[self.encryption, self.ownership]),
+        )
+        self.manifest: s3.BucketObjectv2 | None = None
+        if args.manifest_path is not None:
+            self.manifest = s3.BucketObjectv2(
+                f"{name}-manifest",
+                bucket=self.bucket.id,
+                key=MANIFEST_KEY,
+                source=pulumi.FileAsset(str(args.manifest_path)),
+                content_type="application/jsonl",
+                opts=child(self, depends_on=[self.encryption, self.ownership]),
+            )
+        self.url = pulumi.Output.concat("s3://", self.bucket.id)
+        self.register_outputs({"bucket_url": self.url, "bucket_arn": self.bucket.arn})
+
+
+# --- identity -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IdentityArgs:
+    bucket_arn: pulumi.Input[str]
+
+
+class Identity(pulumi.ComponentResource):
+    """The node's role: read, write and list this bucket only, and read spot prices. Nothing else."""
+
+    def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:Identity", name, None, opts)
+        self.role = iam.Role(
+            f"{name}-node", assume_role_policy=_assume("ec2.amazonaws.com"), opts=child(self)
+        )
+        bucket_arn = pulumi.Output.from_input(args.bucket_arn)
+        self.policy = iam.RolePolicy(
+            f"{name}-bucket",
+            role=self.role.id,
+            policy=bucket_arn.apply(
+                lambda arn: _policy(
+                    [
+                        {
+                            "Sid": "ListBucket",
+                            "Effect": "Allow",
+                            "Action": ["s3:ListBucket"],
+                            "Resource": [arn],
+                        },
+                        {
+                            "Sid": "ReadWriteObjects",
+                            "Effect": "Allow",
+                            "Action": [
+                                "s3:GetObject",
+                                "s3:PutObject",
+                                "s3:AbortMultipartUpload",
+                                "s3:ListMultipartUploadParts",
+                            ],
+                            "Resource": [f"{arn}/*"],
+                        },
+                        {
+                            "Sid": "ReadSpotPrice",
+                            "Effect": "Allow",
+                            "Action": ["ec2:DescribeSpotPriceHistory"],
+                            "Resource": ["*"],
+                        },
+                    ]
+                )
+            ),
+            opts=child(self),
+        )
+        self.profile = iam.InstanceProfile(f"{name}-node", role=self.role.name, opts=child(self))
+        self.register_outputs({"role_arn": self.role.arn, "instance_profile": self.profile.name})
+
+
+# --- network ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    vpc_cidr: str
+    zone: str
+    ingress_cidrs: tuple[str, ...]
+    server_port: int
+
+
+class Network(pulumi.ComponentResource):
+    """A small VPC: one public subnet in the node's zone, outbound only unless ingress CIDRs are given."""
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:Network", name, None, opts)
+        self.vpc = ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=args.vpc_cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            opts=child(self),
+        )
+        self.subnet = ec2.Subnet(
+            f"{name}-subnet",
+            vpc_id=self.vpc.id,
+            cidr_block=args.vpc_cidr,
+            availability_zone=args.zone,
+            map_public_ip_on_launch=True,
+            opts=child(self),
+        )
+        self.gateway = ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, opts=child(self))
+        self.routes = ec2.RouteTable(
+            f"{name}-routes",
+            vpc_id=self.vpc.id,
+            routes=[ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=self.gateway.id)],
+            opts=child(self),
+        )
+        ec2.RouteTableAssociation(
+            f"{name}-routes", subnet_id=self.subnet.id, route_table_id=self.routes.id, opts=child(self)
+        )
+        self.security_group = ec2.SecurityGroup(
+            f"{name}-node",
+            vpc_id=self.vpc.id,
+            description="spot-eval node: outbound only, model server port from the listed CIDRs",
+            egress=[
+                ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"])
+            ],
+            ingress=[
+                ec2.SecurityGroupIngressArgs(
+                    protocol="tcp",
+                    from_port=args.server_port,
+                    to_port=args.server_port,
+                    cidr_blocks=list(args.ingress_cidrs),
+                    description="model server",
+                )
+            ]
+            if args.ingress_cidrs
+            else [],
+            opts=child(self),
+        )
+        self.register_outputs({"subnet_id": self.subnet.id, "security_group_id": self.security_group.id})
+
+
+# --- the node -----------------------------------------------------------------------------------
+
+
+def _metadata_options() -> ec2.InstanceMetadataOptionsArgs:
+    # IMDSv2 only; hop limit 2 so containers on the node (the model server) can reach it too.
+    return ec2.InstanceMetadataOptionsArgs(
+        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+    )
+
+
+@dataclass(frozen=True)
+class NodeArgs:
+    settings: Settings
+    store_url: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    instance_profile: pulumi.Input[str]
+
+
+class Node(pulumi.ComponentResource):
+    """One GPU instance: persistent spot request that stops (not terminates) on interruption, EBS root,
+    and a separate weights-cache volume that survives any replacement of the instance."""
+
+    def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:Node", name, None, opts)
+        s = args.settings
+        node = s.node
+        assert s.zone is not None
+        self.cache = ebs.Volume(
+            f"{name}-weights-cache",
+            availability_zone=s.zone,
+            size=node.cache_disk_gb,
+            type="gp3",
+            encrypted=True,
+            opts=held(self),
+        )
+        # The image may be an AMI id or `resolve:ssm:/aws/service/...`, which EC2 resolves at launch;
+        # only a launch template takes the latter without a diff on every run.
+        self.template = ec2.LaunchTemplate(
+            f"{name}-template",
+            image_id=node.image,
+            iam_instance_profile=ec2.LaunchTemplateIamInstanceProfileArgs(name=args.instance_profile),
+            metadata_options=ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+            ),
+            tag_specifications=[
+                ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=s.tags)
+                for kind in ("instance", "volume", "spot-instances-request")
+            ],
+            opts=child(self),
+        )
+        market = (
+            ec2.InstanceInstanceMarketOptionsArgs(
+                market_type="spot",
+                spot_options=ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
+                    spot_instance_type="persistent",
+                    instance_interruption_behavior="stop",
+                    max_price=None if node.max_price is None else f"{node.max_price:.4f}",
+                ),
+            )
+            if node.spot
+            else None
+        )
+        device = self.cache.id.apply(
+            lambda vol: f"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{vol.replace('-', '')}"
+        )
+        user_data = pulumi.Output.all(pulumi.Output.from_input(args.store_url), device).apply(
+            lambda v: render_startup_script(s, store_url=v[0], cache_device=v[1])
+        )
+        self.instance = ec2.Instance(
+            f"{name}-gpu",
+            launch_template=ec2.InstanceLaunchTemplateArgs(
+                id=self.template.id, version=self.template.latest_version.apply(str)
+            ),
+            instance_type=node.instance_type,
+            subnet_id=args.subnet_id,
+            vpc_security_group_ids=[args.security_group_id],
+            associate_public_ip_address=True,
+            instance_market_options=market,
+            # `shutdown` from inside (the agent's poweroff) stops the instance; nothing terminates it.
+            instance_initiated_shutdown_behavior="stop",
+            metadata_options=_metadata_options(),
+            root_block_device=ec2.InstanceRootBlockDeviceArgs(
+                volume_size=node.root_disk_gb, volume_type="gp3", encrypted=True, delete_on_termination=True
+            ),
+            user_data=user_data,
+            tags={**s.tags, "Name": f"{s.run_id}-gpu"},
+            opts=child(self),
+        )
+        self.attachment = ec2.VolumeAttachment(
+            f"{name}-weights-cache",
+            device_name=CACHE_DEVICE_NAME,
+            volume_id=self.cache.id,
+            instance_id=self.instance.id,
+            stop_instance_before_detaching=True,
+            opts=child(self),
+        )
+        self.address: ec2.Eip | None = None
+        if s.address_kind == "static":
+            self.address = ec2.Eip(
+                f"{name}-address", domain="vpc", instance=self.instance.id, opts=child(self)
+            )
+        self.node_ids = self.instance.id.apply(lambda i: [i])
+        self.register_outputs({"node_ids": self.node_ids, "cache_volume_id": self.cache.id})
+
+
+class Pool(pulumi.ComponentResource):
+    """Several GPU instances: an Auto Scaling group over a launch template, spot capacity chosen
+    price-capacity-optimized across the grant's instance types, replaced ahead of interruptions."""
+
+    def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:Pool", name, None, opts)
+        s = args.settings
+        node = s.node
+        user_data = pulumi.Output.from_input(args.store_url).apply(
+            lambda url: render_startup_script(s, store_url=url, cache_device=None)
+        )
+        self.template = ec2.LaunchTemplate(
+            f"{name}-template",
+            image_id=node.image,
+            iam_instance_profile=ec2.LaunchTemplateIamInstanceProfileArgs(name=args.instance_profile),
+            instance_initiated_shutdown_behavior="terminate",
+            metadata_options=ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+            ),
+            network_interfaces=[
+                ec2.LaunchTemplateNetworkInterfaceArgs(
+                    device_index=0,
+                    associate_public_ip_address="true",
+                    security_groups=[args.security_group_id],
+                )
+            ],
+            # Pool nodes are replaced, not restarted: the weights cache lives on each node's root volume.
+            block_device_mappings=[
+                ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=node.root_disk_gb + node.cache_disk_gb,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            user_data=user_data.apply(lambda text: base64.b64encode(text.encode()).decode()),
+            tag_specifications=[
+                ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=s.tags)
+                for kind in ("instance", "volume")
+            ],
+            opts=child(self),
+        )
+        spot = node.spot
+        self.group = autoscaling.Group(
+            f"{name}-group",
+            min_size=node.count,
+            max_size=node.count,
+            desired_capacity=node.count,
+            vpc_zone_identifiers=[args.subnet_id],
+            capacity_rebalance=spot,
+            mixed_instances_policy=autoscaling.GroupMixedInstancesPolicyArgs(
+                instances_distribution=autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                    on_demand_base_capacity=0,
+                    on_demand_percentage_above_base_capacity=0 if spot else 100,
+                    spot_allocation_strategy="price-capacity-optimized",
+                    spot_max_price=(f"{node.max_price:.4f}" if spot and node.max_price is not None else ""),
+                ),
+                launch_template=autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                    launch_template_specification=autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                        launch_template_id=self.template.id, version="$Latest"
+                    ),
+                    overrides=[
+                        autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=t)
+                        for t in node.pool_instance_types
+                    ],
+                ),
+            ),
+            tags=[
+                autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
+                for k, v in {**s.tags, "Name": f"{s.run_id}-gpu"}.items()
+            ],
+            opts=child(self),
+        )
+        self.node_ids = self.group.name.apply(lambda g: [g])
+        self.register_outputs({"node_ids": self.node_ids})
+
+
+# --- stop rules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopRulesArgs:
+    settings: Settings
+    context: BuildContext
+    instance_id: pulumi.Input[str] | None  # single node
+    group_name: pulumi.Input[str] | None  # pool
+
+
+class StopRules(pulumi.ComponentResource):
+    """Max runtime (a one-shot stop at first `up` + the grant's runtime), idle (CPU alarm with the EC2
+    stop action), budget (AWS Budgets with e-mail alerts). The price cap is the spot max price."""
+
+    def __init__(self, name: str, args: StopRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:StopRules", name, None, opts)
+        s = args.settings
+        stop = s.stop
+        if stop.max_runtime_s is not None:
+            at = (args.context.now + timedelta(seconds=stop.max_runtime_s)).strftime("%Y-%m-%dT%H:%M:%S")
+            # The time is fixed when the rule is first created; later `up`s leave it alone.
+            if args.instance_id is not None:
+                role = iam.Role(
+                    f"{name}-stopper", assume_role_policy=_assume("scheduler.amazonaws.com"), opts=child(self)
+                )
+                iam.RolePolicy(
+                    f"{name}-stopper",
+                    role=role.id,
+                    policy=pulumi.Output.from_input(args.instance_id).apply(
+                        lambda i: _policy(
+                            [
+                                {
+                                    "Effect": "Allow",
+                                    "Action": ["ec2:StopInstances"],
+                                    "Resource": [f"arn:aws:ec2:{s.region}:*:instance/{i}"],
+                                }
+                            ]
+                        )
+                    ),
+                    opts=child(self),
+                )
+                scheduler.Schedule(
+                    f"{name}-max-runtime",
+                    description=f"spot-eval {s.run_id}: stop {stop.max_runtime_hours} h after first up",
+                    schedule_expression=f"at({at})",
+                    schedule_expression_timezone="UTC",
+                    flexible_time_window=scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+                    action_after_completion="NONE",
+                    target=scheduler.ScheduleTargetArgs(
+                        arn="arn:aws:scheduler:::aws-sdk:ec2:stopInstances",
+                        role_arn=role.arn,
+                        input=pulumi.Output.from_input(args.instance_id).apply(
+                            lambda i: json.dumps({"InstanceIds": [i]})
+                        ),
+                    ),
+                    opts=pulumi.ResourceOptions(parent=self, ignore_changes=["schedule_expression"]),
+                )
+            if args.group_name is not None:
+                autoscaling.Schedule(
+                    f"{name}-max-runtime",
+                    scheduled_action_name=f"{s.run_id}-max-runtime",
+                    autoscaling_group_name=args.group_name,
+                    start_time=f"{at}Z",
+                    min_size=0,
+                    max_size=0,
+                    desired_capacity=0,
+                    opts=pulumi.ResourceOptions(parent=self, ignore_changes=["start_time"]),
+                )
+        if stop.idle_s is not None and args.instance_id is not None:
+            cloudwatch.MetricAlarm(
+                f"{name}-idle",
+                alarm_description=f"spot-eval {s.run_id}: stop after {stop.idle_minutes} idle minutes",
+                namespace="AWS/EC2",
+                metric_name="CPUUtilization",
+                dimensions={"InstanceId": args.instance_id},
+                statistic="Average",
+                period=IDLE_PERIOD_S,
+                evaluation_periods=max(1, math.ceil(stop.idle_s / IDLE_PERIOD_S)),
+                threshold=IDLE_CPU_PERCENT,
+                comparison_operator="LessThanThreshold",
+                treat_missing_data="notBreaching",
+                alarm_actions=[f"arn:aws:automate:{s.region}:ec2:stop"],
+                opts=child(self),
+            )
+        if s.grant.budget is not None:
+            budgets.Budget(
+                f"{name}-budget",
+                budget_type="COST",
+                limit_amount=f"{s.grant.budget:.2f}",
+                limit_unit=s.grant.currency,
+                time_unit="ANNUALLY",
+                cost_filters=[
+                    budgets.BudgetCostFilterArgs(
+                        name="TagKeyValue", values=[f"user:spot-eval-run${s.run_id}"]
+                    )
+                ],
+                notifications=[
+                    budgets.BudgetNotificationArgs(
+                        comparison_operator="GREATER_THAN",
+                        notification_type=kind,
+                        threshold=threshold,
+                        threshold_type="PERCENTAGE",
+                        subscriber_email_addresses=list(stop.notify_emails),
+                    )
+                    for kind, threshold in (("ACTUAL", 80.0), ("ACTUAL", 100.0), ("FORECASTED", 100.0))
+                ],
+                opts=child(self),
+            )
+        self.register_outputs({})
+
+
+# --- event capture ------------------------------------------------------------------------------
+
+
+def _event_pattern(detail_type: str, instance_id: str | None) -> str:
+    pattern: dict[str, object] = {"source": ["aws.ec2"], "detail-type": [detail_type]}
+    if instance_id is not None:
+        pattern["detail"] = {"instance-id": [instance_id]}
+    return json.dumps(pattern, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class EventCaptureArgs:
+    settings: Settings
+    instance_id: pulumi.Input[str] | None  # None for a pool: every instance of the region is captured
+
+
+class EventCapture(pulumi.ComponentResource):
+    """EventBridge rules sending this node's interruption, rebalance and state-change events to a
+    CloudWatch Logs group that outlives the node."""
+
+    def __init__(self, name: str, args: EventCaptureArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:EventCapture", name, None, opts)
+        s = args.settings
+        self.log_group = cloudwatch.LogGroup(
+            f"{name}-events",
+            name=f"/spot-eval/{s.run_id}/ec2-events",
+            retention_in_days=400,
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
+        cloudwatch.LogResourcePolicy(
+            f"{name}-events",
+            policy_name=f"spot-eval-{s.run_id}-events",
+            policy_document=self.log_group.arn.apply(
+                lambda arn: _policy(
+                    [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": ["events.amazonaws.com", "delivery.logs.amazonaws.com"]},
+                            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                            "Resource": [f"{arn}:*"],
+                        }
+                    ]
+                )
+            ),
+            opts=child(self),
+        )
+        instance = pulumi.Output.from_input(args.instance_id) if args.instance_id is not None else None
+        for short, detail_type in INTERRUPTION_EVENTS.items():
+            pattern: pulumi.Output[str] | str
+            if instance is not None:
+                pattern = instance.apply(functools.partial(_event_pattern, detail_type))
+            else:
+                pattern = _event_pattern(detail_type, None)
+            rule = cloudwatch.EventRule(
+                f"{name}-{short}",
+                description=f"spot-eval {s.run_id}: {detail_type}",
+                event_pattern=pattern,
+                opts=child(self),
+            )
+            cloudwatch.EventTarget(
+                f"{name}-{short}", rule=rule.name, arn=self.log_group.arn, opts=child(self)
+            )
+        self.register_outputs({"log_group": self.log_group.name})
+
+
+# --- the stack ----------------------------------------------------------------------------------
+
+
+def build(settings: Settings, context: BuildContext) -> StackOutputs:
+    assert settings.aws is not None and settings.zone is not None
+    opts = pulumi.ResourceOptions(providers=[provider(settings)])
+    name = settings.run_id
+    store = Store(name, StoreArgs(context.bundle_path, context.manifest_path), opts)
+    identity = Identity(name, IdentityArgs(bucket_arn=store.bucket.arn), opts)
+    network = Network(
+        name,
+        NetworkArgs(
+            vpc_cidr=settings.aws.vpc_cidr,
+            zone=settings.zone,
+            ingress_cidrs=settings.node.ingress_cidrs,
+            server_port=settings.server.port,
+        ),
+        opts,
+    )
+    node_ids: pulumi.Input[list[str]] = []
+    instance_id: pulumi.Output[str] | None = None
+    group_name: pulumi.Output[str] | None = None
+    if settings.node.count >= 1:
+        node_args = NodeArgs(
+            settings=settings,
+            store_url=store.url,
+            subnet_id=network.subnet.id,
+            security_group_id=network.security_group.id,
+            instance_profile=identity.profile.name,
+        )
+        depends = [store.bundle, identity.policy] + ([store.manifest] if store.manifest else [])
+        node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))
+        if settings.node.pool:
+            pool = Pool(name, node_args, node_opts)
+            node_ids, group_name = pool.node_ids, pool.group.name
+        else:
+            node = Node(name, node_args, node_opts)
+            node_ids, instance_id = node.node_ids, node.instance.id
+        EventCapture(name, EventCaptureArgs(settings, instance_id), opts)
+    StopRules(name, StopRulesArgs(settings, context, instance_id, group_name), opts)
+    return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone)

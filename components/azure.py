@@ -1,0 +1,608 @@
+"""Azure: storage account + container with holds, a user-assigned identity limited to the container,
+a VNet, the Spot GPU VM (or a Spot scale set), a consumption budget and an activity log alert.
+One explicit provider, built in `provider()`. Only the submodules used are imported (the package is big).
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pulumi
+import pulumi_azure_native as azure_native
+from pulumi_azure_native import (
+    authorization,
+    compute,
+    consumption,
+    managedidentity,
+    monitor,
+    network,
+    resources,
+    storage,
+)
+
+from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.common import BuildContext, StackOutputs, child, held, short_hash
+from components.settings import Settings
+from components.startup import render_startup_script
+
+CACHE_LUN: Final = 0
+CACHE_DEVICE: Final = f"/dev/disk/azure/scsi1/lun{CACHE_LUN}"
+#: blob data actions of the node's role: read, write, add; no delete (the agent never deletes)
+BLOB_DATA_ACTIONS: Final = (
+    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/read",
+    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/write",
+    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/add/action",
+)
+
+
+def provider(settings: Settings) -> azure_native.Provider:
+    """The stack's one Azure provider, location passed explicitly (subscription from the environment)."""
+    return azure_native.Provider(f"{settings.run_id}-azure", location=settings.region)
+
+
+def account_name(settings: Settings) -> str:
+    """Storage account names are global, 3-24 lowercase letters and digits: derive a stable one."""
+    assert settings.azure is not None
+    return "se" + short_hash(settings.azure.resource_group, settings.stack, settings.run_id, length=16)
+
+
+def image_reference(image: str) -> compute.ImageReferenceArgs:
+    if image.startswith("/subscriptions/"):
+        return compute.ImageReferenceArgs(id=image)
+    publisher, offer, sku, version = image.split(":")
+    return compute.ImageReferenceArgs(publisher=publisher, offer=offer, sku=sku, version=version)
+
+
+# --- result store -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreArgs:
+    settings: Settings
+    resource_group: pulumi.Input[str]
+    bundle_path: Path
+    manifest_path: Path | None
+
+
+class Store(pulumi.ComponentResource):
+    """Storage account (no public blob access, HTTPS only, TLS 1.2, encrypted), blob versioning and
+    the results container, never deleted by Pulumi; plus the agent bundle blob."""
+
+    def __init__(self, name: str, args: StoreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:azure:Store", name, None, opts)
+        s = args.settings
+        self.account = storage.StorageAccount(
+            f"{name}-results",
+            account_name=account_name(s),
+            resource_group_name=args.resource_group,
+            kind="StorageV2",
+            sku=storage.SkuArgs(name="Standard_LRS"),
+            access_tier="Hot",
+            allow_blob_public_access=False,
+            enable_https_traffic_only=True,
+            minimum_tls_version="TLS1_2",
+            encryption=storage.EncryptionArgs(
+                key_source="Microsoft.Storage",
+                services=storage.EncryptionServicesArgs(
+                    blob=storage.EncryptionServiceArgs(enabled=True, key_type="Account")
+                ),
+            ),
+            opts=held(self),
+        )
+        self.blob_service = storage.BlobServiceProperties(
+            f"{name}-versioning",
+            account_name=self.account.name,
+            resource_group_name=args.resource_group,
+            blob_services_name="default",
+            is_versioning_enabled=True,
+            opts=held(self),
+        )
+        self.container = storage.BlobContainer(
+            f"{name}-container",
+            account_name=self.account.name,
+            resource_group_name=args.resource_group,
+            # Named after its account, so the bucket URL az://NAME names both.
+            container_name=account_name(s),
+            public_access=storage.PublicAccess.NONE,
+            opts=held(self, depends_on=[self.blob_service]),
+        )
+        self.bundle = storage.Blob(
+            f"{name}-agent-bundle",
+            account_name=self.account.name,
+            resource_group_name=args.resource_group,
+            container_name=self.container.name,
+            blob_name=OBJECT_KEY,
+            type=storage.BlobType.BLOCK,
+            content_type="application/zip",
+            source=pulumi.FileAsset(str(args.bundle_path)),
+            opts=child(self),
+        )
+        self.manifest: storage.Blob | None = None
+        if args.manifest_path is not None:
+            self.manifest = storage.Blob(
+                f"{name}-manifest",
+                account_name=self.account.name,
+                resource_group_name=args.resource_group,
+                container_name=self.container.name,
+                blob_name=MANIFEST_KEY,
+                type=storage.BlobType.BLOCK,
+                content_type="application/jsonl",
+                source=pulumi.FileAsset(str(args.manifest_path)),
+                opts=child(self),
+            )
+        self.url = pulumi.Output.concat("az://", self.container.name)
+        self.register_outputs({"bucket_url": self.url, "account": self.account.name})
+
+
+# --- identity -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IdentityArgs:
+    settings: Settings
+    resource_group: pulumi.Input[str]
+    resource_group_id: pulumi.Input[str]
+    container_id: pulumi.Input[str]
+
+
+class Identity(pulumi.ComponentResource):
+    """A user-assigned identity with a custom role on the results container only: read, write, add
+    blobs (no delete). The agent reads prices from the unauthenticated retail prices API."""
+
+    def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:azure:Identity", name, None, opts)
+        s = args.settings
+        self.identity = managedidentity.UserAssignedIdentity(
+            f"{name}-node", resource_group_name=args.resource_group, opts=child(self)
+        )
+        self.role = authorization.RoleDefinition(
+            f"{name}-blob-writer",
+            role_definition_id=str(
+                uuid.uuid5(uuid.NAMESPACE_URL, f"spot-eval/{s.stack}/{s.run_id}/blob-writer")
+            ),
+            role_name=f"spot-eval blob writer ({s.run_id})",
+            description="Read, write and add blobs; no delete.",
+            scope=args.resource_group_id,
+            assignable_scopes=[args.resource_group_id],
+            permissions=[
+                authorization.PermissionArgs(
+                    actions=["Microsoft.Storage/storageAccounts/blobServices/containers/read"],
+                    data_actions=list(BLOB_DATA_ACTIONS),
+                )
+            ],
+            opts=child(self),
+        )
+        self.assignment = authorization.RoleAssignment(
+            f"{name}-blob-writer",
+            principal_id=self.identity.principal_id,
+            principal_type="ServicePrincipal",
+            role_definition_id=self.role.id,
+            scope=args.container_id,
+            opts=child(self),
+        )
+        self.register_outputs({"client_id": self.identity.client_id, "identity_id": self.identity.id})
+
+
+# --- network ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    settings: Settings
+    resource_group: pulumi.Input[str]
+
+
+class Network(pulumi.ComponentResource):
+    """A VNet with one subnet behind a security group: nothing inbound but the model server port
+    from the listed CIDRs."""
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:azure:Network", name, None, opts)
+        s = args.settings
+        assert s.azure is not None
+        rules = (
+            [
+                network.SecurityRuleArgs(
+                    name="model-server",
+                    priority=200,
+                    direction="Inbound",
+                    access="Allow",
+                    protocol="Tcp",
+                    source_address_prefixes=list(s.node.ingress_cidrs),
+                    source_port_range="*",
+                    destination_address_prefix="*",
+                    destination_port_range=str(s.server.port),
+                )
+            ]
+            if s.node.ingress_cidrs
+            else []
+        )
+        self.nsg = network.NetworkSecurityGroup(
+            f"{name}-node", resource_group_name=args.resource_group, security_rules=rules, opts=child(self)
+        )
+        self.vnet = network.VirtualNetwork(
+            f"{name}-vnet",
+            resource_group_name=args.resource_group,
+            address_space=network.AddressSpaceArgs(address_prefixes=[s.azure.vnet_cidr]),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["subnets"]),
+        )
+        self.subnet = network.Subnet(
+            f"{name}-subnet",
+            resource_group_name=args.resource_group,
+            virtual_network_name=self.vnet.name,
+            address_prefix=s.azure.vnet_cidr,
+            network_security_group=network.NetworkSecurityGroupArgs(id=self.nsg.id),
+            opts=child(self),
+        )
+        self.register_outputs({"subnet_id": self.subnet.id})
+
+
+# --- the node -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeArgs:
+    settings: Settings
+    resource_group: pulumi.Input[str]
+    store_url: pulumi.Input[str]
+    account_name: pulumi.Input[str]
+    identity_id: pulumi.Input[str]
+    identity_client_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+
+
+def _custom_data(args: NodeArgs, cache_device: str | None) -> pulumi.Output[str]:
+    s = args.settings
+    return pulumi.Output.all(
+        pulumi.Output.from_input(args.store_url),
+        pulumi.Output.from_input(args.account_name),
+        pulumi.Output.from_input(args.identity_client_id),
+    ).apply(
+        lambda v: base64.b64encode(
+            render_startup_script(
+                s,
+                store_url=v[0],
+                cache_device=cache_device,
+                # Not secrets: which account to reach, and which of the VM's identities to use.
+                extra_env={"AZURE_STORAGE_ACCOUNT_NAME": v[1], "AZURE_CLIENT_ID": v[2]},
+            ).encode()
+        ).decode()
+    )
+
+
+def _linux(s: Settings) -> compute.LinuxConfigurationArgs:
+    assert s.azure is not None
+    return compute.LinuxConfigurationArgs(
+        disable_password_authentication=True,
+        ssh=compute.SshConfigurationArgs(
+            public_keys=[
+                compute.SshPublicKeyArgs(
+                    path=f"/home/{s.azure.admin_username}/.ssh/authorized_keys",
+                    key_data=s.azure.ssh_public_key,
+                )
+            ]
+        ),
+    )
+
+
+def _billing(s: Settings) -> compute.BillingProfileArgs | None:
+    if not s.node.spot:
+        return None
+    # -1: never evicted for price, only for capacity; else the grant's cap.
+    return compute.BillingProfileArgs(max_price=s.node.max_price if s.node.max_price is not None else -1)
+
+
+class Node(pulumi.ComponentResource):
+    """One GPU VM: Spot priority, deallocated (disks kept) on eviction, max price from the grant,
+    cloud-init custom data, scheduled events on, a static public IP and a weights-cache disk."""
+
+    def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:azure:Node", name, None, opts)
+        s = args.settings
+        node = s.node
+        assert s.azure is not None
+        zones = [s.zone] if s.zone else None
+        self.cache = compute.Disk(
+            f"{name}-weights-cache",
+            resource_group_name=args.resource_group,
+            creation_data=compute.CreationDataArgs(create_option="Empty"),
+            disk_size_gb=node.cache_disk_gb,
+            sku=compute.DiskSkuArgs(name="Premium_LRS"),
+            zones=zones,
+            opts=held(self),
+        )
+        self.address = network.PublicIPAddress(
+            f"{name}-address",
+            resource_group_name=args.resource_group,
+            sku=network.PublicIPAddressSkuArgs(name="Standard"),
+            public_ip_allocation_method="Static",
+            zones=zones,
+            opts=child(self),
+        )
+        self.nic = network.NetworkInterface(
+            f"{name}-nic",
+            resource_group_name=args.resource_group,
+            ip_configurations=[
+                network.NetworkInterfaceIPConfigurationArgs(
+                    name="primary",
+                    primary=True,
+                    subnet=network.SubnetArgs(id=args.subnet_id),
+                    public_ip_address=network.PublicIPAddressArgs(id=self.address.id),
+                )
+            ],
+            opts=child(self),
+        )
+        self.vm = compute.VirtualMachine(
+            f"{name}-gpu",
+            resource_group_name=args.resource_group,
+            hardware_profile=compute.HardwareProfileArgs(vm_size=node.instance_type),
+            priority="Spot" if node.spot else "Regular",
+            eviction_policy="Deallocate" if node.spot else None,
+            billing_profile=_billing(s),
+            storage_profile=compute.StorageProfileArgs(
+                image_reference=image_reference(node.image),
+                os_disk=compute.OSDiskArgs(
+                    create_option="FromImage",
+                    disk_size_gb=node.root_disk_gb,
+                    delete_option="Delete",
+                    managed_disk=compute.ManagedDiskParametersArgs(storage_account_type="Premium_LRS"),
+                ),
+                data_disks=[
+                    compute.DataDiskArgs(
+                        lun=CACHE_LUN,
+                        create_option="Attach",
+                        delete_option="Detach",
+                        managed_disk=compute.ManagedDiskParametersArgs(id=self.cache.id),
+                    )
+                ],
+            ),
+            os_profile=compute.OSProfileArgs(
+                computer_name=f"{s.run_id}-gpu"[:63],
+                admin_username=s.azure.admin_username,
+                custom_data=_custom_data(args, CACHE_DEVICE),
+                linux_configuration=_linux(s),
+            ),
+            network_profile=compute.NetworkProfileArgs(
+                network_interfaces=[compute.NetworkInterfaceReferenceArgs(id=self.nic.id, primary=True)]
+            ),
+            identity=compute.VirtualMachineIdentityArgs(
+                type="UserAssigned", user_assigned_identities=[args.identity_id]
+            ),
+            scheduled_events_profile=compute.ScheduledEventsProfileArgs(
+                terminate_notification_profile=compute.TerminateNotificationProfileArgs(
+                    enable=True, not_before_timeout="PT5M"
+                )
+            ),
+            scheduled_events_policy=compute.ScheduledEventsPolicyArgs(
+                scheduled_events_additional_publishing_targets=compute.ScheduledEventsAdditionalPublishingTargetsArgs(
+                    event_grid_and_resource_graph=compute.EventGridAndResourceGraphArgs(enable=True)
+                )
+            ),
+            zones=zones,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["os_profile"]),
+        )
+        self.node_ids = self.vm.name.apply(lambda n: [n])
+        self.register_outputs({"node_ids": self.node_ids, "cache_disk": self.cache.id})
+
+
+class Pool(pulumi.ComponentResource):
+    """Several GPU VMs: a Spot scale set; evicted instances are deleted and Azure restores capacity
+    when it can (spot restore). Each instance keeps its weights cache on its own OS disk."""
+
+    def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:azure:Pool", name, None, opts)
+        s = args.settings
+        node = s.node
+        assert s.azure is not None
+        self.scale_set = compute.VirtualMachineScaleSet(
+            f"{name}-gpu",
+            resource_group_name=args.resource_group,
+            orchestration_mode="Uniform",
+            overprovision=False,
+            upgrade_policy=compute.UpgradePolicyArgs(mode="Manual"),
+            sku=compute.SkuArgs(name=node.instance_type, tier="Standard", capacity=node.count),
+            spot_restore_policy=compute.SpotRestorePolicyArgs(enabled=True, restore_timeout="PT1H")
+            if node.spot
+            else None,
+            identity=compute.VirtualMachineScaleSetIdentityArgs(
+                type="UserAssigned", user_assigned_identities=[args.identity_id]
+            ),
+            zones=[s.zone] if s.zone else None,
+            virtual_machine_profile=compute.VirtualMachineScaleSetVMProfileArgs(
+                priority="Spot" if node.spot else "Regular",
+                eviction_policy="Delete" if node.spot else None,
+                billing_profile=_billing(s),
+                os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
+                    computer_name_prefix=s.run_id[:9],
+                    admin_username=s.azure.admin_username,
+                    custom_data=_custom_data(args, None),
+                    linux_configuration=_linux(s),
+                ),
+                storage_profile=compute.VirtualMachineScaleSetStorageProfileArgs(
+                    image_reference=image_reference(node.image),
+                    os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
+                        create_option="FromImage",
+                        disk_size_gb=node.root_disk_gb + node.cache_disk_gb,
+                        managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
+                            storage_account_type="Premium_LRS"
+                        ),
+                    ),
+                ),
+                network_profile=compute.VirtualMachineScaleSetNetworkProfileArgs(
+                    network_interface_configurations=[
+                        compute.VirtualMachineScaleSetNetworkConfigurationArgs(
+                            name="primary",
+                            primary=True,
+                            ip_configurations=[
+                                compute.VirtualMachineScaleSetIPConfigurationArgs(
+                                    name="primary",
+                                    primary=True,
+                                    subnet=compute.ApiEntityReferenceArgs(id=args.subnet_id),
+                                    public_ip_address_configuration=compute.VirtualMachineScaleSetPublicIPAddressConfigurationArgs(
+                                        name="egress"
+                                    ),
+                                )
+                            ],
+                        )
+                    ]
+                ),
+                scheduled_events_profile=compute.ScheduledEventsProfileArgs(
+                    terminate_notification_profile=compute.TerminateNotificationProfileArgs(
+                        enable=True, not_before_timeout="PT5M"
+                    )
+                ),
+            ),
+            opts=child(self),
+        )
+        self.node_ids = self.scale_set.name.apply(lambda n: [n])
+        self.register_outputs({"node_ids": self.node_ids})
+
+
+# --- stop rules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopRulesArgs:
+    settings: Settings
+    context: BuildContext
+    resource_group: pulumi.Input[str]
+    resource_group_id: pulumi.Input[str]
+
+
+class StopRules(pulumi.ComponentResource):
+    """Budget: a consumption budget on the resource group with e-mail alerts at 80 % and 100 %.
+    Max runtime, idle and done are the agent's (Azure has no built-in max run time); the price cap
+    is the Spot max price. An OS shutdown does not deallocate an Azure VM, so the agent exits
+    instead of powering off, and the VM is deallocated from outside."""
+
+    def __init__(self, name: str, args: StopRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:azure:StopRules", name, None, opts)
+        s = args.settings
+        if s.grant.budget is not None:
+            start = args.context.now.strftime("%Y-%m-01T00:00:00Z")
+            consumption.Budget(
+                f"{name}-budget",
+                budget_name=f"spot-eval-{s.run_id}",
+                scope=args.resource_group_id,
+                amount=s.grant.budget,
+                category="Cost",
+                time_grain="Annually",
+                time_period=consumption.BudgetTimePeriodArgs(start_date=start),
+                notifications={
+                    key: consumption.NotificationArgs(
+                        enabled=True,
+                        operator="GreaterThan",
+                        threshold=threshold,
+                        threshold_type=kind,
+                        contact_emails=list(s.stop.notify_emails),
+                    )
+                    for key, threshold, kind in (
+                        ("actual80", 80.0, "Actual"),
+                        ("actual100", 100.0, "Actual"),
+                        ("forecast100", 100.0, "Forecasted"),
+                    )
+                },
+                # The start month is fixed when the budget is created.
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["time_period"]),
+            )
+        self.register_outputs({})
+
+
+# --- event capture ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventCaptureArgs:
+    settings: Settings
+    resource_group: pulumi.Input[str]
+    scope: pulumi.Input[str]  # the VM, or the resource group for a scale set
+
+
+class EventCapture(pulumi.ComponentResource):
+    """An activity log alert on Resource Health events of the node (evictions make it unavailable),
+    e-mailing the stop rules' recipients. The activity log itself keeps the events for 90 days."""
+
+    def __init__(self, name: str, args: EventCaptureArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:azure:EventCapture", name, None, opts)
+        s = args.settings
+        groups: list[monitor.ActionGroupArgs] = []
+        if s.stop.notify_emails:
+            group = monitor.ActionGroup(
+                f"{name}-notify",
+                resource_group_name=args.resource_group,
+                location="Global",
+                group_short_name="spoteval",
+                enabled=True,
+                email_receivers=[
+                    monitor.MicrosoftCommonEmailReceiverArgs(name=f"to{i}", email_address=email)
+                    for i, email in enumerate(s.stop.notify_emails)
+                ],
+                opts=child(self),
+            )
+            groups.append(monitor.ActionGroupArgs(action_group_id=group.id))
+        monitor.ActivityLogAlert(
+            f"{name}-health",
+            resource_group_name=args.resource_group,
+            location="Global",
+            enabled=True,
+            description=f"spot-eval {s.run_id}: resource health of the GPU node (evictions)",
+            scopes=[args.scope],
+            condition=monitor.AlertRuleAllOfConditionArgs(
+                all_of=[monitor.AlertRuleAnyOfOrLeafConditionArgs(field="category", equals="ResourceHealth")]
+            ),
+            actions=monitor.ActionListArgs(action_groups=groups),
+            opts=child(self),
+        )
+        self.register_outputs({})
+
+
+# --- the stack ----------------------------------------------------------------------------------
+
+
+def build(settings: Settings, context: BuildContext) -> StackOutputs:
+    assert settings.azure is not None
+    opts = pulumi.ResourceOptions(providers=[provider(settings)])
+    name = settings.run_id
+    group = resources.ResourceGroup(
+        f"{name}-group",
+        resource_group_name=settings.azure.resource_group,
+        location=settings.region,
+        # The group holds the storage account: deleting it would delete the results.
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True, retain_on_delete=True)),
+    )
+    store = Store(name, StoreArgs(settings, group.name, context.bundle_path, context.manifest_path), opts)
+    identity = Identity(
+        name,
+        IdentityArgs(
+            settings, resource_group=group.name, resource_group_id=group.id, container_id=store.container.id
+        ),
+        opts,
+    )
+    net = Network(name, NetworkArgs(settings, group.name), opts)
+    node_ids: pulumi.Input[list[str]] = []
+    if settings.node.count >= 1:
+        node_args = NodeArgs(
+            settings=settings,
+            resource_group=group.name,
+            store_url=store.url,
+            account_name=store.account.name,
+            identity_id=identity.identity.id,
+            identity_client_id=identity.identity.client_id,
+            subnet_id=net.subnet.id,
+        )
+        depends = [store.bundle, identity.assignment] + ([store.manifest] if store.manifest else [])
+        node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))
+        scope: pulumi.Input[str]
+        if settings.node.pool:
+            pool = Pool(name, node_args, node_opts)
+            node_ids, scope = pool.node_ids, group.id
+        else:
+            node = Node(name, node_args, node_opts)
+            node_ids, scope = node.node_ids, node.vm.id
+        EventCapture(name, EventCaptureArgs(settings, group.name, scope), opts)
+    StopRules(name, StopRulesArgs(settings, context, group.name, group.id), opts)
+    return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone or "")

@@ -1,0 +1,122 @@
+"""What every provider module shares: the build context, the outputs, and the registry's interface."""
+
+from __future__ import annotations
+
+import hashlib
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Final, Protocol
+
+import pulumi
+
+from components.bundle import build_bundle, write_bundle
+from components.settings import Settings, SettingsError
+
+PROJECT_DIR: Final = Path(__file__).resolve().parent.parent
+#: renders (tests, scripts/plan.py) fix the clock so that what they print is repeatable
+CLOCK: ContextVar[datetime | None] = ContextVar("spot_eval_clock", default=None)
+
+#: stack outputs, the same names on every provider (`pulumi stack output --json` is read by the scripts)
+OUTPUT_NAMES: Final = (
+    "provider",
+    "region",
+    "zone",
+    "node_ids",
+    "instance_type",
+    "market",
+    "bucket_url",
+    "run_id",
+    "server_port",
+    "address_kind",
+)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a provider module needs besides the settings; `now` is passed in so renders are repeatable."""
+
+    now: datetime
+    bundle_path: Path  # the agent bundle archive (components/bundle.py)
+    manifest_path: Path | None  # the run's manifest file, when the stack names one
+
+
+@dataclass(frozen=True)
+class StackOutputs:
+    bucket_url: pulumi.Input[str]
+    node_ids: pulumi.Input[list[str]]
+    zone: pulumi.Input[str]
+
+    def export(self, settings: Settings) -> None:
+        values: dict[str, pulumi.Input[object]] = {
+            "provider": settings.provider,
+            "region": settings.region,
+            "zone": self.zone,
+            "node_ids": self.node_ids,
+            "instance_type": settings.node.instance_type,
+            "market": settings.node.market,
+            "bucket_url": self.bucket_url,
+            "run_id": settings.run_id,
+            "server_port": settings.server.port,
+            "address_kind": settings.address_kind,
+        }
+        assert tuple(values) == OUTPUT_NAMES
+        for name, value in values.items():
+            pulumi.export(name, value)
+
+
+class ProviderModule(Protocol):
+    """One module per provider (components/aws.py, gcp.py, azure.py, kubernetes.py)."""
+
+    def build(self, settings: Settings, context: BuildContext) -> StackOutputs: ...
+
+
+def child(
+    parent: pulumi.Resource, *, depends_on: list[pulumi.Resource] | None = None
+) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(parent=parent, depends_on=depends_on)
+
+
+def held(
+    parent: pulumi.Resource, *, depends_on: list[pulumi.Resource] | None = None
+) -> pulumi.ResourceOptions:
+    """Options of what holds results or cached weights: never deleted by Pulumi, not even by `destroy`."""
+    return pulumi.ResourceOptions(parent=parent, protect=True, retain_on_delete=True, depends_on=depends_on)
+
+
+def short_hash(*parts: str, length: int = 10) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
+
+
+def manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path | None:
+    """The stack's manifest file, checked with the run record's own parser."""
+    from spoteval.record import RecordError, parse_manifest
+
+    if settings.eval.manifest is None:
+        return None
+    path = project_dir / settings.eval.manifest
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError("eval.manifest", f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        entries = parse_manifest(text)
+    except RecordError as exc:
+        raise SettingsError("eval.manifest", f"{path}: {exc}") from None
+    if settings.workload is not None and len(entries) != settings.workload.episodes:
+        raise SettingsError(
+            "workload.episodes",
+            f"{settings.workload.episodes} differs from the {len(entries)} episodes "
+            f"of {settings.eval.manifest}",
+        )
+    return path
+
+
+def build_context(settings: Settings, project_dir: Path = PROJECT_DIR) -> BuildContext:
+    """Everything besides settings a provider module needs; reads files, so it runs after `parse`."""
+    return BuildContext(
+        now=CLOCK.get() or datetime.now(timezone.utc),
+        bundle_path=write_bundle(build_bundle(project_dir)),
+        manifest_path=manifest_path(settings, project_dir),
+    )

@@ -1,0 +1,400 @@
+"""What runs on the node: the agent's config and the VM startup script, as pure functions of settings.
+
+The startup script (AWS user data, GCP `startup-script` metadata, Azure cloud-init custom data)
+installs a systemd service, `spot-eval-agent.service`, and starts it. Before every start of the
+service (so after every boot, including a restart after a preemption) `/opt/spot-eval/prepare`:
+
+1. writes `/var/lib/spot-eval/boot.json` = `{"boot_time": RFC 3339 (kernel boot, from /proc/stat
+   btime), "startup_script_started": RFC 3339}`, which the agent reads for its `ready` timings;
+2. formats (first boot only) and mounts the weights-cache disk at `/mnt/spot-eval-cache`
+   (`HF_HOME` points there, and `{cache_dir}` in `server.command` is that folder);
+3. creates `/opt/spot-eval/venv` and installs obstore into it;
+4. fetches the agent bundle (`spot-eval/agent-bundle.zip` in the result bucket) to
+   `/opt/spot-eval/agent-bundle.zip`, which the service puts on `PYTHONPATH`;
+5. writes `/etc/spot-eval/agent.json` from the template with this node's id and zone, read from the
+   instance metadata service;
+6. registers the run's manifest with `python -m spoteval.agent manifest` (create-only) when the stack
+   names one.
+
+The service runs `python -m spoteval.agent --config /etc/spot-eval/agent.json` with
+`KillMode=mixed` (SIGTERM to the agent only; it stops its own children) and a `TimeoutStopSec`
+a few seconds inside the provider's notice. No credentials are written anywhere: the node reads the
+bucket with its instance identity.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.facts import K8S_FLAVOURS, STOP_MARGIN_S, VM_FACTS
+from components.settings import Settings
+
+SERVICE: Final = "spot-eval-agent.service"
+CACHE_DIR: Final = "/mnt/spot-eval-cache"
+BOOT_FILE: Final = "/var/lib/spot-eval/boot.json"
+CONFIG_FILE: Final = "/etc/spot-eval/agent.json"
+TEMPLATE_FILE: Final = "/etc/spot-eval/agent.template.json"
+BUNDLE_FILE: Final = "/opt/spot-eval/agent-bundle.zip"
+VENV: Final = "/opt/spot-eval/venv"
+#: stands for the node's id in the config template until the node knows it
+NODE_ID_PLACEHOLDER: Final = "@NODE_ID@"
+#: AWS refuses user data above 16 KB (before base64)
+AWS_USER_DATA_LIMIT: Final = 16 * 1024
+OBSTORE_REQUIREMENT: Final = "obstore>=0.8"
+_EOF: Final = "SPOT_EVAL_EOF"
+
+
+def stop_timeout_s(settings: Settings) -> int:
+    """Seconds the agent's service gets between SIGTERM and SIGKILL: inside the provider's notice."""
+    if settings.provider == "k8s":
+        assert settings.k8s is not None
+        return K8S_FLAVOURS[settings.k8s.flavour].grace_s
+    return VM_FACTS[settings.provider].stop_timeout_s
+
+
+def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
+    values = {"model": settings.server.model, "port": str(settings.server.port), "cache_dir": cache_dir}
+    out: list[str] = []
+    for arg in settings.server.command:
+        filled = arg
+        for name, value in values.items():
+            filled = filled.replace("{" + name + "}", value)
+        out.append(filled)
+    return out
+
+
+def agent_config(
+    settings: Settings,
+    *,
+    store_url: str,
+    node_id: str = NODE_ID_PLACEHOLDER,
+    server_url: str | None = None,
+    external_server: bool = False,
+) -> dict[str, Any]:
+    """The node agent's config (see spoteval/agent/config.py) for this stack.
+
+    `store_url` is the run record's store (the bucket URL). On Kubernetes the model server runs in its
+    own Deployment (`external_server=True`): the agent only waits for it at `server_url`.
+    """
+    node: dict[str, Any] = {
+        "id": node_id,
+        "provider": settings.provider,
+        "region": settings.region,
+        "instance_type": settings.node.instance_type,
+        "market": settings.node.market,
+    }
+    if settings.zone:
+        node["zone"] = settings.zone
+    server: dict[str, Any] = {
+        "url": server_url or f"http://127.0.0.1:{settings.server.port}",
+        "health_path": settings.server.health_path,
+        "ready_timeout_s": settings.server.ready_timeout_s,
+    }
+    if not external_server:
+        server["command"] = server_command(settings)
+    stop_rules: dict[str, Any] = {"on_done": settings.stop.on_done}
+    if settings.stop.max_runtime_s is not None:
+        stop_rules["max_runtime_s"] = settings.stop.max_runtime_s
+    if settings.stop.idle_s is not None:
+        stop_rules["idle_s"] = settings.stop.idle_s
+    if settings.grant.budget is not None:
+        stop_rules["budget"] = settings.grant.budget
+    config: dict[str, Any] = {
+        "run_id": settings.run_id,
+        "store": store_url,
+        "node": node,
+        "server": server,
+        "episodes": {
+            "command": list(settings.eval.command),
+            "concurrency": settings.eval.concurrency,
+            "max_attempts": settings.eval.max_attempts,
+            "timeout_s": settings.eval.timeout_s,
+        },
+        "stop_rules": stop_rules,
+        "heartbeat_s": settings.eval.heartbeat_s,
+        "sigterm_grace_s": max(1, stop_timeout_s(settings) - STOP_MARGIN_S),
+    }
+    if settings.provider in VM_FACTS:
+        config["metadata_url"] = VM_FACTS[settings.provider].metadata_url
+    needs_price = settings.provider == "k8s" or not VM_FACTS[settings.provider].price_api
+    if needs_price and settings.configured_price is not None:
+        config["price"] = {"per_hour": settings.configured_price, "currency": settings.grant.currency}
+    return config
+
+
+def object_url(store_url: str, key: str) -> str:
+    return store_url.rstrip("/") + "/" + key
+
+
+# --- the node helper (runs on the node with python3 >= 3.10, standard library or obstore) ---------
+
+_NODE_PY: Final = r'''
+import json, os, sys, time, urllib.request
+from datetime import datetime, timezone
+
+PROVIDER = @PROVIDER@
+
+
+def rfc3339(t):
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def boot(path):
+    started = datetime.now(timezone.utc)
+    with open("/proc/stat") as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    data = {"boot_time": rfc3339(datetime.fromtimestamp(btime, timezone.utc)),
+            "startup_script_started": rfc3339(started)}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def http(url, headers, method="GET"):
+    req = urllib.request.Request(url, headers=headers, method=method)
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return r.read().decode().strip()
+
+
+def identity(base):
+    """(node id, zone) from the instance metadata service at `base` (the agent's metadata_url)."""
+    if PROVIDER == "aws":
+        token = http(base + "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "300"}, "PUT")
+        h = {"X-aws-ec2-metadata-token": token}
+        return (http(base + "/latest/meta-data/instance-id", h),
+                http(base + "/latest/meta-data/placement/availability-zone", h))
+    if PROVIDER == "gcp":
+        base += "/computeMetadata/v1/instance/"
+        h = {"Metadata-Flavor": "Google"}
+        return http(base + "name", h), http(base + "zone", h).rsplit("/", 1)[-1]
+    base += "/metadata/instance/compute/"
+    h = {"Metadata": "true"}
+    q = "?api-version=2021-02-01&format=text"
+    return http(base + "name" + q, h), http(base + "zone" + q, h)
+
+
+def config(template, out):
+    with open(template) as f:
+        cfg = json.load(f)
+    node_id = zone = None
+    for attempt in range(30):
+        try:
+            node_id, zone = identity(cfg["metadata_url"].rstrip("/"))
+            break
+        except OSError as exc:
+            print(f"metadata not answering yet: {exc}", file=sys.stderr)
+            time.sleep(2)
+    if not node_id:
+        sys.exit("no node id from the metadata service")
+    cfg["node"]["id"] = node_id
+    if zone:
+        cfg["node"]["zone"] = zone
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(cfg, f, indent=1)
+    os.replace(tmp, out)
+
+
+def fetch(url, out):
+    import obstore
+    from obstore.store import from_url
+
+    scheme, rest = url.split("://", 1)
+    bucket, key = rest.split("/", 1)
+    delay = 2.0
+    for attempt in range(12):  # the node's identity may take a minute to reach the bucket
+        try:
+            data = bytes(obstore.get(from_url(f"{scheme}://{bucket}"), key).bytes())
+            break
+        except Exception as exc:
+            print(f"fetch {url}: {str(exc).splitlines()[0][:200]}", file=sys.stderr)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    else:
+        sys.exit(f"fetch {url}: gave up")
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    command, args = sys.argv[1], sys.argv[2:]
+    {"boot": boot, "config": config, "fetch": fetch}[command](*args)
+'''
+
+
+def _node_py(provider: str) -> str:
+    return _NODE_PY.replace("@PROVIDER@", repr(provider)).lstrip("\n")
+
+
+def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> str:
+    lines = [
+        "#!/bin/bash",
+        "# Runs before every start of the agent (ExecStartPre): boot timestamps, cache disk, bundle, config.",
+        "set -euo pipefail",
+        f"python3 /opt/spot-eval/node.py boot {BOOT_FILE}",
+        f"CACHE={CACHE_DIR}",
+        f"DEV={shlex.quote(cache_device or '')}",
+        'mkdir -p "$CACHE"',
+        'if [ -n "$DEV" ] && ! mountpoint -q "$CACHE"; then',
+        '  for i in $(seq 1 90); do [ -e "$DEV" ] && break; sleep 2; done',
+        '  [ -e "$DEV" ] || { echo "cache disk $DEV did not appear" >&2; exit 1; }',
+        '  blkid "$DEV" >/dev/null 2>&1 || mkfs.ext4 -q -L spoteval-cache "$DEV"',
+        '  mount -o defaults,noatime "$DEV" "$CACHE"',
+        "fi",
+        'mkdir -p "$CACHE/huggingface" /var/lib/spot-eval/spool',
+        f"if [ ! -x {VENV}/bin/python ]; then",
+        f"  python3 -m venv {VENV} || {{ apt-get update -qq && apt-get install -y -qq python3-venv"
+        f" && python3 -m venv {VENV}; }}",
+        "fi",
+        f"{VENV}/bin/python -c 'import obstore' 2>/dev/null"
+        f" || {VENV}/bin/pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
+        f'{VENV}/bin/python /opt/spot-eval/node.py fetch "$SPOT_EVAL_BUNDLE_URL" {BUNDLE_FILE}',
+        f"python3 /opt/spot-eval/node.py config {TEMPLATE_FILE} {CONFIG_FILE}",
+    ]
+    if manifest:
+        manifest_file = "/var/lib/spot-eval/manifest.jsonl"
+        lines += [
+            f'{VENV}/bin/python /opt/spot-eval/node.py fetch "$SPOT_EVAL_MANIFEST_URL" {manifest_file}',
+            f"PYTHONPATH={BUNDLE_FILE} {VENV}/bin/python -m spoteval.agent manifest --config {CONFIG_FILE}"
+            f" {manifest_file}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _unit(settings: Settings) -> str:
+    return "\n".join(
+        [
+            "[Unit]",
+            f"Description=spot-eval node agent (run {settings.run_id})",
+            "Wants=network-online.target",
+            "After=network-online.target docker.service",
+            "StartLimitIntervalSec=0",
+            "",
+            "[Service]",
+            "Type=simple",
+            "EnvironmentFile=/etc/spot-eval/env",
+            f"Environment=PYTHONPATH={BUNDLE_FILE}",
+            "ExecStartPre=/opt/spot-eval/prepare",
+            f"ExecStart={VENV}/bin/python -m spoteval.agent --config {CONFIG_FILE}",
+            # SIGTERM to the agent only: it records and stops its own children within the notice.
+            "KillMode=mixed",
+            "KillSignal=SIGTERM",
+            "TimeoutStartSec=1800",
+            f"TimeoutStopSec={stop_timeout_s(settings)}",
+            "Restart=on-failure",
+            "RestartSec=15",
+            # exit code 2: a config the agent refuses; restarting would not help
+            "RestartPreventExitStatus=2",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
+
+
+def _heredoc(path: str, body: str, mode: str | None = None) -> str:
+    if _EOF in body:
+        raise ValueError(f"{path}: content contains the heredoc marker {_EOF}")
+    text = f"cat > {path} <<'{_EOF}'\n{body if body.endswith(chr(10)) else body + chr(10)}{_EOF}\n"
+    if mode:
+        text += f"chmod {mode} {path}\n"
+    return text
+
+
+def environment(
+    settings: Settings, *, store_url: str, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Variables of the agent's service (no secrets: identities come from the instance)."""
+    env = {
+        "SPOT_EVAL_BUNDLE_URL": object_url(store_url, OBJECT_KEY),
+        "HF_HOME": f"{CACHE_DIR}/huggingface",
+        "SPOT_EVAL_CACHE_DIR": CACHE_DIR,
+    }
+    if settings.eval.manifest:
+        env["SPOT_EVAL_MANIFEST_URL"] = object_url(store_url, MANIFEST_KEY)
+    if settings.provider == "aws":
+        env["AWS_REGION"] = settings.region
+        env["AWS_DEFAULT_REGION"] = settings.region
+    env.update(extra or {})
+    for key, value in env.items():
+        if "\n" in value or not key.replace("_", "").isalnum():
+            raise ValueError(f"environment {key}={value!r} cannot go into an EnvironmentFile")
+    return env
+
+
+def render_startup_script(
+    settings: Settings,
+    *,
+    store_url: str,
+    cache_device: str | None,
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
+    """The VM's first-boot script (bash). `cache_device` is the weights-cache disk's device path."""
+    if settings.provider not in VM_FACTS:
+        raise ValueError(f"no startup script for provider {settings.provider!r}")
+    config = agent_config(settings, store_url=store_url)
+    env = environment(settings, store_url=store_url, extra=extra_env)
+    parts = [
+        "#!/bin/bash\n",
+        f"# spot-eval node startup for run {settings.run_id} ({settings.provider} {settings.node.market}),"
+        " rendered by components/startup.py.\n",
+        "# Installs spot-eval-agent.service; /opt/spot-eval/prepare runs before every start of it.\n",
+        "set -euo pipefail\n",
+        "umask 022\n",
+        "install -d -m 0755 /etc/spot-eval /opt/spot-eval /var/lib/spot-eval\n",
+        _heredoc(TEMPLATE_FILE, json.dumps(config, indent=1, sort_keys=True)),
+        _heredoc("/etc/spot-eval/env", "".join(f"{k}={v}\n" for k, v in sorted(env.items()))),
+        _heredoc("/opt/spot-eval/node.py", _node_py(settings.provider)),
+        _heredoc(
+            "/opt/spot-eval/prepare", _prepare(settings, cache_device, bool(settings.eval.manifest)), "0755"
+        ),
+        _heredoc(f"/etc/systemd/system/{SERVICE}", _unit(settings)),
+        "systemctl daemon-reload\n",
+        f"systemctl enable {SERVICE}\n",
+        f"systemctl start --no-block {SERVICE}\n",
+    ]
+    return "".join(parts)
+
+
+def render_shutdown_script(settings: Settings) -> str:
+    """GCP `shutdown-script`: SIGTERM to the agent (not its children), then wait inside the notice."""
+    wait = stop_timeout_s(settings)
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "# spot-eval: tell the agent the capacity is going away (it records the notice and flushes).",
+            f"pid=$(systemctl show -p MainPID --value {SERVICE} 2>/dev/null || echo 0)",
+            '[ "${pid:-0}" -gt 0 ] && kill -TERM "$pid" || exit 0',
+            f"for i in $(seq 1 {wait}); do systemctl is-active --quiet {SERVICE} || exit 0; sleep 1; done",
+            "",
+        ]
+    )
+
+
+def k8s_agent_command(config_path: str, bundle_path: str, manifest_path: str | None) -> list[str]:
+    """The Job container's command: the pod's name as node id, register the manifest, exec the agent."""
+    script = [
+        "set -eu",
+        "python3 -c 'import obstore' 2>/dev/null"
+        f" || pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
+        f'sed "s/{NODE_ID_PLACEHOLDER}/$POD_NAME/" {shlex.quote(config_path)} > /tmp/agent.json',
+        f"export PYTHONPATH={shlex.quote(bundle_path)}",
+    ]
+    if manifest_path:
+        script.append(
+            f"python3 -m spoteval.agent manifest --config /tmp/agent.json {shlex.quote(manifest_path)}"
+        )
+    script.append("exec python3 -m spoteval.agent --config /tmp/agent.json")
+    return ["/bin/sh", "-c", "\n".join(script)]
+
+
+def describe(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
