@@ -63,6 +63,8 @@ from spoteval.store import Store
 JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway
 NOTICE_WAIT_S: Final = 5.0  # longest wait for the notice event before killing attempts anyway
 DURATIONS_KEPT: Final = 256
+UPLOAD_THREADS: Final = 16
+BACKLOG: Final = 2 * UPLOAD_THREADS  # objects allowed to wait for the store before dispatch holds back
 #: Providers whose VMs bill from machine boot (the agent counts boot -> agent start as billed).
 BILLED_FROM_BOOT: Final = frozenset({"aws", "gcp", "azure", "nebius"})
 
@@ -434,8 +436,7 @@ class Agent:
                 wake = min(wake, run.kill_at if run.kill_at is not None else run.timeout_at)
             if self.settling:
                 wake = min(wake, self.settling[0][0].ended_mono + ep.SETTLE_S)
-            busy = self.pending and len(self.running) < self.config.episodes.concurrency
-            if busy and self.stop is None and self.notice is None:
+            if self.pending and self._free_slots() > 0 and self.stop is None and self.notice is None:
                 wake = now
             self._pump(max(0.0, wake - now))
             now = time.monotonic()
@@ -502,8 +503,20 @@ class Agent:
 
     # --- dispatch -------------------------------------------------------------------------------
 
-    def _dispatch(self) -> None:
+    def _free_slots(self) -> int:
+        """Free episode slots, held back while the store falls behind (so results stay live).
+
+        While uploads lag, at most `BACKLOG` objects wait for the store (twice the upload threads:
+        enough to keep them busy); beyond that new attempts wait. During an outage (the store does
+        not answer at all) work goes on and the spool absorbs it.
+        """
         free = self.config.episodes.concurrency - len(self.running)
+        if free > 0 and not self.up.store_down:
+            free = min(free, BACKLOG - self.up.outstanding)
+        return max(0, free)
+
+    def _dispatch(self) -> None:
+        free = self._free_slots()
         batch: list[ep.Running] = []
         while free > 0 and self.pending:
             episode = self.pending.popleft()
@@ -680,8 +693,12 @@ class Agent:
         self.deadline_mono = self.notice_mono + left
         self.pending.clear()
         item = self.event("notice", notice.reason, details)
-        self._wait_durable(item, min(NOTICE_WAIT_S, max(0.5, left / 3)))
-        self.log(f"notice {notice.reason}: {left:.1f} s left, {len(self.running)} in flight")
+        durable = self._wait_durable(item, min(NOTICE_WAIT_S, max(0.5, left / 3)))
+        took = time.monotonic() - self.notice_mono
+        self.log(
+            f"notice {notice.reason}: {left:.1f} s left, {len(self.running)} in flight; notice event "
+            + (f"durable after {took:.3f} s" if durable else f"still spooled after {took:.3f} s")
+        )
         for run, ended in self.settling:
             self._finalize(run, ep.Ended("interrupted", error=f"ended during shutdown: {ended.error}"))
         self.settling.clear()
@@ -736,6 +753,7 @@ class Agent:
             left = self.deadline_mono - time.monotonic()
             flushed = self.up.flush(max(0.5, left - 0.5))
             self._pump(0)
+            recorded_s = time.monotonic() - self.notice_mono
             source = self.watchers.get(self.notice.source)
             if source is not None:
                 try:
@@ -743,9 +761,11 @@ class Agent:
                 except OSError as exc:
                     self.log(f"acknowledging the notice failed: {exc}")
             summary = self._summary()
+            state = f"all recorded {recorded_s:.3f} s after the notice"
+            if not flushed:
+                state = f"{self.up.outstanding} object(s) still spooled"
             self.log(
-                f"notice handled: {self.counts['interrupted']} interrupted, "
-                f"{'all recorded' if flushed else f'{self.up.outstanding} still spooled'}; "
+                f"notice handled: {self.counts['interrupted']} interrupted, {state}; "
                 f"summary {json.dumps(summary, sort_keys=True)}"
             )
             self.server.stop(grace_s=min(5.0, max(0.5, left - 1.0)))
