@@ -21,6 +21,7 @@ import os
 import queue
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import threading
@@ -63,6 +64,7 @@ from spoteval.store import Store
 JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway
 NOTICE_WAIT_S: Final = 5.0  # longest wait for the notice event before killing attempts anyway
 DURATIONS_KEPT: Final = 256
+SHUTDOWN_SIGNALS: Final = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
 UPLOAD_THREADS: Final = 16
 BACKLOG: Final = 2 * UPLOAD_THREADS  # objects allowed to wait for the store before dispatch holds back
 #: Providers whose VMs bill from machine boot (the agent counts boot -> agent start as billed).
@@ -168,8 +170,7 @@ class Agent:
         self.record_read_s = 0.0
         self.prev = hist.Billed(0.0, 0.0, {})
         self.billed_from = self._billed_from()
-        self.billed_start_mono = started_mono
-        self.my_start: datetime = started_wall
+        self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         self.watchers: dict[str, Watcher] = {}
         self.stopping_watchers = threading.Event()
         self.uploader: Uploader | None = None
@@ -177,6 +178,8 @@ class Agent:
     # --- plumbing -------------------------------------------------------------------------------
 
     def _deliver(self, notice: Notice) -> None:
+        if notice.stops_work:
+            self.noticed.set()
         self.messages.put(("notice", notice))
 
     def _on_exit(self, run: ep.Running) -> None:
@@ -268,15 +271,15 @@ class Agent:
             self.store,
             self.layout,
             self.config.run_spool_dir(),
-            workers=8,
+            workers=UPLOAD_THREADS,
             on_done=self._on_durable,
             log=self.log,
         )
         leftovers = self.up.load_spool()
         if leftovers:
             self.log(f"uploading {len(leftovers)} object(s) an earlier incarnation left in the spool")
-            if not self.up.flush(self.config.flush_timeout_s):
-                self.log("the store did not take the spooled objects in time; they stay spooled")
+            if not self._flush_starting():
+                self.log("the store did not take the spooled objects yet; they stay spooled")
         self.server.start()
         threading.Thread(target=self._probe_health, name="health", daemon=True).start()
         t0 = time.monotonic()
@@ -293,8 +296,7 @@ class Agent:
             "episodes": {"total": len(self.order), "final": len(self.final), "pending": len(self.pending)},
             "pid": os.getpid(),
         }
-        self.my_start = utc_now()
-        start = self.event("start", reason, start_details, when=self.my_start)
+        start = self.event("start", reason, start_details)
         self._wait_durable(start, NOTICE_WAIT_S)
         self.log(
             f"start ({reason}) run {self.config.run_id} node {self.config.node.id}: "
@@ -375,10 +377,18 @@ class Agent:
                 f"recorded {recovered['lost_attempts']} attempt(s) lost with an earlier incarnation as "
                 f"interrupted; {recovered['results']} result(s) recovered from attempts"
             )
-        if not self.up.flush(self.config.flush_timeout_s):
-            self.log("the store did not take the recovered attempts in time; they stay spooled")
+        if not self._flush_starting():
+            self.log("the store did not take the recovered attempts yet; they stay spooled")
         self.prev = hist.billed(hist.intervals(history, self.price.per_hour))
         return reason, details, sorted(i.id for i in incs), recovered
+
+    def _flush_starting(self) -> bool:
+        """Wait for the uploads of start-up, but not past a notice (it is handled next)."""
+        deadline = time.monotonic() + self.config.flush_timeout_s
+        while time.monotonic() < deadline and not self.noticed.is_set():
+            if self.up.flush(0.2):
+                return True
+        return self.up.flush(0)
 
     def _take_number(self, episode: str) -> int:
         n = self.next_n.get(episode, 1)
@@ -401,14 +411,9 @@ class Agent:
 
     def _wait_healthy(self) -> bool:
         while not self.health_checked.is_set():
-            try:
-                kind, payload = self.messages.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if kind == "notice":
-                self._on_notice(payload)
-                if self.notice is not None:
-                    return False
+            self._pump(0.1)
+            if self.notice is not None:
+                return False
         code = self.server.exit_code()
         if code is not None:
             return self._server_failed(f"model server exited with {code}: {self.server.log_tail()[-300:]}")
@@ -483,6 +488,8 @@ class Agent:
                 self._on_notice(payload)
             elif kind == "durable":
                 self._on_recorded(payload)
+            if self.notice is not None and kind == "notice":
+                return  # handled: the caller decides what comes next
             try:
                 message = self.messages.get_nowait()
             except queue.Empty:
@@ -599,11 +606,25 @@ class Agent:
         ended = ep.classify(run, self.config.episodes.timeout_s)
         if ended.settle:
             if self.notice is not None:
-                self._finalize(run, ep.Ended("interrupted", error=f"ended during shutdown: {ended.error}"))
+                self._finalize(run, self._during_shutdown(run, ended))
             else:
                 self.settling.append((run, ended))
             return
         self._finalize(run, ended)
+
+    def _during_shutdown(self, run: ep.Running, ended: ep.Ended) -> ep.Ended:
+        """A failure seen around a notice: the shutdown's doing, or the episode's own?
+
+        Interrupted when the episode died by a signal the agent did not send (or exited 128+N for
+        SIGTERM, SIGKILL, SIGINT, SIGHUP, as shells report it): the OS stopping every process;
+        or when the model server is gone or not answering. A plain failure of an episode that
+        ran on after the notice stays a model failure.
+        """
+        code = run.returncode
+        by_signal = code is not None and (code < 0 or code - 128 in SHUTDOWN_SIGNALS)
+        if by_signal or self.server.exit_code() is not None or not self.server.healthy():
+            return ep.Ended("interrupted", error=f"ended during shutdown: {ended.error}")
+        return ended
 
     def _settle(self, now: float) -> None:
         while self.settling and now - self.settling[0][0].ended_mono >= ep.SETTLE_S:
@@ -699,8 +720,8 @@ class Agent:
             f"notice {notice.reason}: {left:.1f} s left, {len(self.running)} in flight; notice event "
             + (f"durable after {took:.3f} s" if durable else f"still spooled after {took:.3f} s")
         )
-        for run, ended in self.settling:
-            self._finalize(run, ep.Ended("interrupted", error=f"ended during shutdown: {ended.error}"))
+        for run, ended in self.settling:  # they ended within SETTLE_S before the notice
+            self._finalize(run, self._during_shutdown(run, ended))
         self.settling.clear()
         self._plan_kills()
 

@@ -50,7 +50,7 @@ def azure_retail_price(config: AgentConfig) -> Price:
     for _ in range(_MAX_PAGES):
         if not url:
             break
-        reply = http(url, timeout=10.0)
+        reply = http(url, timeout=5.0)
         if reply.status != 200:
             raise OSError(f"retail prices API answered {reply.status}")
         doc = json.loads(reply.body)
