@@ -23,10 +23,14 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
 from components.common import CLOCK, PROJECT_DIR
-from components.settings import NAMESPACE
+from components.settings import NAMESPACE, SettingsError
 
 STACKS_DIR: Final = PROJECT_DIR / "stacks"
 PROGRAM: Final = PROJECT_DIR / "__main__.py"
+
+
+class RenderError(Exception):
+    """The program refused the stack's config (the message names the key), or the stack file is bad."""
 
 
 @dataclass(frozen=True)
@@ -193,10 +197,15 @@ def stack_name(path: Path) -> str:
 
 def read_stack_config(path: Path) -> dict[str, Any]:
     """The `config:` block of a stack file, keys as written (`spot-eval:node`, `aws:region`, ...)."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    config = data.get("config") or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise RenderError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise RenderError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    config = data.get("config") if isinstance(data, dict) else None
     if not isinstance(config, dict):
-        raise ValueError(f"{path}: config must be a mapping")
+        raise RenderError(f"{path}: has no `config:` mapping")
     return config
 
 
@@ -228,11 +237,14 @@ def render_config(stack: str, config: Mapping[str, Any], *, now: datetime | None
     pulumi.runtime.set_all_config(engine_config(config))
     token = CLOCK.set(now)
     try:
-        loop.run_until_complete(
-            pulumi.runtime.stack.run_pulumi_func(
-                lambda: runpy.run_path(str(PROGRAM), run_name="__pulumi_program__")  # type: ignore[arg-type,return-value]
+        try:
+            loop.run_until_complete(
+                pulumi.runtime.stack.run_pulumi_func(
+                    lambda: runpy.run_path(str(PROGRAM), run_name="__pulumi_program__")  # type: ignore[arg-type,return-value]
+                )
             )
-        )
+        except (pulumi.RunError, SettingsError) as exc:
+            raise RenderError(str(exc)) from None
         root = pulumi.runtime.settings.get_root_resource()
         exported = getattr(root, "outputs", {})
         outputs = loop.run_until_complete(pulumi.Output.from_input(exported).future()) or {}

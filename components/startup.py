@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
@@ -381,20 +381,15 @@ def render_shutdown_script(settings: Settings) -> str:
 
 def k8s_agent_command(config_path: str, bundle_path: str, manifest_path: str | None) -> list[str]:
     """The Job container's command: the pod's name as node id, register the manifest, exec the agent."""
+    config = '"${TMPDIR:-/tmp}/agent.json"'
     script = [
         "set -eu",
         "python3 -c 'import obstore' 2>/dev/null"
         f" || pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
-        f'sed "s/{NODE_ID_PLACEHOLDER}/$POD_NAME/" {shlex.quote(config_path)} > /tmp/agent.json',
+        f'sed "s/{NODE_ID_PLACEHOLDER}/$POD_NAME/" {shlex.quote(config_path)} > {config}',
         f"export PYTHONPATH={shlex.quote(bundle_path)}",
     ]
     if manifest_path:
-        script.append(
-            f"python3 -m spoteval.agent manifest --config /tmp/agent.json {shlex.quote(manifest_path)}"
-        )
-    script.append("exec python3 -m spoteval.agent --config /tmp/agent.json")
+        script.append(f"python3 -m spoteval.agent manifest --config {config} {shlex.quote(manifest_path)}")
+    script.append(f"exec python3 -m spoteval.agent --config {config}")
     return ["/bin/sh", "-c", "\n".join(script)]
-
-
-def describe(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
