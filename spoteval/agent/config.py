@@ -20,7 +20,7 @@ from spoteval.store import StoreError, check_url
 
 PROVIDERS: Final = ("aws", "gcp", "azure", "k8s", "nebius", "runpod", "local")
 PLACEHOLDERS: Final = ("{episode_id}", "{model_url}", "{output}")
-ON_DONE: Final = ("exit", "poweroff")
+ON_DONE: Final = ("exit", "poweroff", "api_stop")
 DEFAULT_SPOOL_DIR: Final = "/var/lib/spot-eval/spool"
 DEFAULT_BOOT_FILE: Final = "/var/lib/spot-eval/boot.json"
 DEFAULT_POWEROFF: Final = ("systemctl", "poweroff")
@@ -300,6 +300,15 @@ def parse(raw: object) -> AgentConfig:
             raise ConfigError(f"stop_rules.on_done: {on_done!r} is not one of {', '.join(ON_DONE)}")
         explicit_poweroff = rules_s.has("poweroff_command")
         poweroff = rules_s.argv("poweroff_command", required=False) or DEFAULT_POWEROFF
+        if on_done == "api_stop":  # power off = stop through the provider's API (agent/api_stop.py)
+            from spoteval.agent import api_stop
+
+            if provider not in api_stop.PROVIDERS or explicit_poweroff:
+                raise ConfigError(
+                    f"stop_rules.on_done: api_stop stops {' and '.join(api_stop.PROVIDERS)} nodes through "
+                    f"their API, without a poweroff_command (node.provider is {provider})"
+                )
+            on_done, poweroff, explicit_poweroff = "poweroff", api_stop.command(provider), True
         if on_done == "poweroff" and not explicit_poweroff and provider in NO_OS_POWEROFF:
             raise ConfigError(
                 f"stop_rules.on_done: poweroff from inside the OS does not stop a {provider} node "

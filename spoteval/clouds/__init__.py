@@ -288,12 +288,26 @@ def _kubernetes(outputs: StackOutputs, node: str, config: PlaneConfig) -> Contro
     return KubernetesPlane.connect(outputs, node, config)
 
 
+def _nebius(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
+    from spoteval.clouds.nebius import NebiusPlane
+
+    return NebiusPlane.connect(outputs, node, config)
+
+
+def _runpod(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
+    from spoteval.clouds.runpod import RunpodPlane
+
+    return RunpodPlane.connect(outputs, node, config)
+
+
 #: provider name (the stack's `provider` output) -> factory
 PROVIDERS: Final[dict[str, Factory]] = {
     "aws": _aws,
     "gcp": _gcp,
     "azure": _azure,
     "kubernetes": _kubernetes,
+    "nebius": _nebius,
+    "runpod": _runpod,
 }
 
 
