@@ -10,7 +10,7 @@ import pulumi
 from components.common import ProviderModule, build_context
 from components.settings import SettingsError, load
 
-#: provider key (stack config `spot-eval:provider`) -> the module that builds its resources
+#: provider key (stack config `spot-eval:provider`) -> the module that declares its resources
 PROVIDER_MODULES: Final = {
     "aws": "components.aws",
     "gcp": "components.gcp",
@@ -20,11 +20,9 @@ PROVIDER_MODULES: Final = {
 
 try:
     settings = load()
-    context = build_context(settings)
+    module = cast(ProviderModule, importlib.import_module(PROVIDER_MODULES[settings.provider]))
+    outputs = module.build(settings, build_context(settings))
 except SettingsError as exc:
-    # One line naming the key; no traceback for a bad stack config.
+    # One line naming the key, no traceback: nothing has been declared that depends on a bad setting.
     raise pulumi.RunError(f"stack config spot-eval:{exc}") from None
-
-module = cast(ProviderModule, importlib.import_module(PROVIDER_MODULES[settings.provider]))
-outputs = module.build(settings, context)
 outputs.export(settings)

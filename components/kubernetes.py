@@ -98,6 +98,22 @@ class EvalWorkload(pulumi.ComponentResource):
         flavour = K8S_FLAVOURS[kube.flavour]
         grace = stop_timeout_s(s)
         ns = kube.namespace
+        # Checked before anything is declared: a ConfigMap holds at most 1 MiB.
+        server_name = f"{s.run_id}-server"
+        server_url = f"http://{server_name}.{ns}.svc.cluster.local:{s.server.port}"
+        config = agent_config(s, store_url=kube.bucket_url, server_url=server_url, external_server=True)
+        bundle = base64.b64encode(args.context.bundle_path.read_bytes()).decode()
+        data = {"agent.json": json.dumps(config, indent=1, sort_keys=True)}
+        manifest = args.context.manifest_path
+        if manifest is not None:
+            data["manifest.jsonl"] = manifest.read_text(encoding="utf-8")
+        size = len(bundle) + sum(len(v.encode()) for v in data.values())  # binaryData is stored as base64
+        if size > CONFIG_MAP_LIMIT:
+            raise SettingsError(
+                "eval.manifest",
+                f"agent bundle and manifest take {size} bytes, "
+                f"more than a ConfigMap holds ({CONFIG_MAP_LIMIT})",
+            )
         self.namespace: core.v1.Namespace | None = None
         depends: list[pulumi.Resource] = []
         if kube.create_namespace:
@@ -124,26 +140,11 @@ class EvalWorkload(pulumi.ComponentResource):
             metadata=meta_("agent", "agent", dict(kube.service_account_annotations)),
             opts=child(self, depends_on=depends),
         )
-        server_name = f"{s.run_id}-server"
-        server_url = f"http://{server_name}.{ns}.svc.cluster.local:{s.server.port}"
-        config = agent_config(s, store_url=kube.bucket_url, server_url=server_url, external_server=True)
-        bundle = args.context.bundle_path.read_bytes()
-        data = {"agent.json": json.dumps(config, indent=1, sort_keys=True)}
-        manifest = args.context.manifest_path
-        if manifest is not None:
-            data["manifest.jsonl"] = manifest.read_text(encoding="utf-8")
-        size = len(bundle) + sum(len(v.encode()) for v in data.values())
-        if size > CONFIG_MAP_LIMIT:
-            raise SettingsError(
-                "eval.manifest",
-                f"agent bundle and manifest take {size} bytes, "
-                f"more than a ConfigMap holds ({CONFIG_MAP_LIMIT})",
-            )
         self.config = core.v1.ConfigMap(
             f"{name}-agent",
             metadata=meta_("agent", "agent"),
             data=data,
-            binary_data={"agent-bundle.zip": base64.b64encode(bundle).decode()},
+            binary_data={"agent-bundle.zip": bundle},
             opts=child(self, depends_on=depends),
         )
         self.cache = core.v1.PersistentVolumeClaim(

@@ -275,7 +275,10 @@ def _unit(settings: Settings) -> str:
             f"Description=spot-eval node agent (run {settings.run_id})",
             "Wants=network-online.target",
             "After=network-online.target docker.service",
-            "StartLimitIntervalSec=0",
+            # A node that cannot start its agent (bundle, config, manifest refused) gives up after
+            # 10 tries in an hour rather than looping on the bill; the record shows no `start`.
+            "StartLimitIntervalSec=3600",
+            "StartLimitBurst=10",
             "",
             "[Service]",
             "Type=simple",
