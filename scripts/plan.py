@@ -126,7 +126,7 @@ KEY_PROPERTIES: Final[Mapping[str, tuple[str, ...]]] = {
     "azure-native:storage:Blob": ("blobName",),
     "azure-native:authorization:RoleDefinition": ("roleName", "permissions"),
     "azure-native:authorization:RoleAssignment": ("principalType",),
-    "azure-native:compute:Disk": ("diskSizeGb", "sku.name"),
+    "azure-native:compute:Disk": ("diskSizeGB", "sku.name"),
     "azure-native:compute:VirtualMachine": (
         "hardwareProfile.vmSize",
         "priority",
