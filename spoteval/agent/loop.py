@@ -293,6 +293,7 @@ class Agent:
             "billed_from": format_time(self.billed_from),
             "resolved": resolved,
             "recovered": recovered,
+            "record_read_s": round(self.record_read_s, 3),
             "episodes": {"total": len(self.order), "final": len(self.final), "pending": len(self.pending)},
             "pid": os.getpid(),
         }
@@ -795,7 +796,7 @@ class Agent:
         flushed = self.up.flush(self.config.flush_timeout_s)
         self._pump(0)
         self.server.stop()
-        details = {**stop.details, **self._summary()}
+        details = {**stop.details, **self._summary(), "in_flight": self._in_flight_detail()}
         if not flushed:
             details["spooled"] = self.up.outstanding
         self.event("stop", stop.reason, details)
