@@ -4,8 +4,9 @@ Order: the config's `price` (the stack's startup script may write it) -> the pro
 where one answers a node with the standard library alone -> `unknown`.
 
 - azure: the Retail Prices API needs no credentials (`price_api_url` overrides its address).
-- aws: the spot price comes from `DescribeSpotPriceHistory`, a signed EC2 API call; the agent does
-  not carry an AWS SDK or a request signer, so the stack passes the price in the config instead.
+- aws: spot nodes read `DescribeSpotPriceHistory`, signed with the instance role's credentials
+  (spoteval/agent/aws_price.py; `price_api_url` overrides the EC2 endpoint); on-demand nodes take
+  the configured price.
 - gcp: the Cloud Billing Catalog needs an API key; nebius an authenticated API; runpod a GraphQL
   API key; k8s and local have no price of their own: configured or unknown.
 """
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from spoteval.agent.aws_price import spot_price_now
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.notices import http
 
@@ -75,7 +77,30 @@ def azure_retail_price(config: AgentConfig) -> Price:
     return Price(best[0], best[1], "api", {"price_meter": best[2]})
 
 
-PRICE_APIS: Final[Mapping[str, Callable[[AgentConfig], Price]]] = {"azure": azure_retail_price}
+def aws_spot_price(config: AgentConfig) -> Price:
+    node = config.node
+    if node.market != "spot":
+        return Price(None, None, "unknown", {"price_error": "AWS on-demand prices are configured, not read"})
+    if not node.region or not node.zone or not node.instance_type:
+        return Price(
+            None, None, "unknown", {"price_error": "node.region, node.zone and node.instance_type are needed"}
+        )
+    found = spot_price_now(
+        node.region,
+        node.zone,
+        node.instance_type,
+        metadata_url=config.metadata_url,
+        endpoint=config.price_api_url,
+    )
+    if found is None:
+        return Price(None, None, "unknown", {"price_error": "no spot price listed for this type and zone"})
+    return Price(found.per_hour, "USD", "api", {"price_timestamp": found.timestamp})
+
+
+PRICE_APIS: Final[Mapping[str, Callable[[AgentConfig], Price]]] = {
+    "aws": aws_spot_price,
+    "azure": azure_retail_price,
+}
 
 
 def resolve_price(config: AgentConfig) -> Price:
