@@ -15,7 +15,7 @@ id is the VM's ARM id: `/subscriptions/S/resourceGroups/RG/providers/Microsoft.C
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
@@ -75,7 +75,7 @@ def retail_items(first_url: str, http_get: HttpGet, max_pages: int = 100) -> Ite
         raise ControlPlaneError(f"azure Retail Prices: more than {max_pages} pages")
 
 
-def spot_price(items: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]], sku: str) -> Price | None:
+def spot_price(items: Iterable[Mapping[str, Any]], sku: str) -> Price | None:
     """The Linux spot hourly price among Retail Prices items (newest effective date wins), or None."""
     best: Mapping[str, Any] | None = None
     for item in items:

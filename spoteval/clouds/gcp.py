@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -92,9 +92,7 @@ class MachineShape:
     gpus: tuple[tuple[str, int], ...]
 
 
-def catalog_price(
-    skus: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]], region: str, shape: MachineShape
-) -> Price | None:
+def catalog_price(skus: Iterable[Mapping[str, Any]], region: str, shape: MachineShape) -> Price | None:
     """The spot price of `shape` in `region` from Catalog SKUs, or None when a part has no SKU."""
     core: tuple[float, str] | None = None
     ram: tuple[float, str] | None = None
