@@ -1266,7 +1266,7 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
 
     buf = StringIO()
     console = Console(
-        file=buf, width=width or 120, force_terminal=False, color_system=None, soft_wrap=True, highlight=False
+        file=buf, width=width or 130, force_terminal=False, color_system=None, soft_wrap=True, highlight=False
     )
     say = functools.partial(console.print, markup=False)
     origin = origin_of(report)
@@ -1319,11 +1319,19 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
         ]
         if not shared:
             row += [
-                (f"{a.price:.4f} {a.price_source}" if a.price is not None else "-"),
+                (f"{a.price:.4f}" if a.price is not None else "-"),
                 (f"{a.cost:.4f}" if a.cost is not None else "-"),
             ]
         table.add_row(*[Text(c) for c in row])
     say(table)
+    if not shared:
+        sources = Counter(
+            f"{a.currency or '?'} per hour, {a.price_source}"
+            for a in report.allocations
+            if a.price is not None
+        )
+        if sources:
+            say("Prices: " + "; ".join(f"{k} ({v} allocation(s))" for k, v in sources.items()))
 
     tau = report.tau
     if tau is None:
@@ -1506,7 +1514,13 @@ def plot_timeline(report: RunReport, path: str, *, shared: bool = False) -> None
         sharex=True,
         gridspec_kw={"height_ratios": [max(1, len(nodes)) * 0.6 + 0.6, 2.4]},
     )
-    colors = {"waiting": "#d9d9d9", "booting": "#f4a259", "serving": "#5b8e7d", "measurement": "#8da9c4"}
+    colors = {
+        "waiting": "#d9d9d9",
+        "booting": "#f4a259",
+        "serving": "#5b8e7d",
+        "notice": "#f2d57e",
+        "measurement": "#8da9c4",
+    }
     for i, node in enumerate(nodes):
         y = len(nodes) - 1 - i
         for g in report.gaps:
@@ -1531,9 +1545,18 @@ def plot_timeline(report: RunReport, path: str, *, shared: bool = False) -> None
             ax.broken_barh(
                 [(x(a.start), (boot_end - a.start).total_seconds())], (y - 0.3, 0.6), color=colors["booting"]
             )
+            serve_end = min(max(a.notice or a.end, boot_end), a.end)
             ax.broken_barh(
-                [(x(boot_end), (a.end - boot_end).total_seconds())], (y - 0.3, 0.6), color=colors["serving"]
+                [(x(boot_end), (serve_end - boot_end).total_seconds())],
+                (y - 0.3, 0.6),
+                color=colors["serving"],
             )
+            if serve_end < a.end:
+                ax.broken_barh(
+                    [(x(serve_end), (a.end - serve_end).total_seconds())],
+                    (y - 0.3, 0.6),
+                    color=colors["notice"],
+                )
             if a.notice is not None:
                 ax.plot(
                     [x(a.notice)], [y + 0.42], marker="v", color="#e0a800", markersize=8, linestyle="none"
@@ -1551,6 +1574,7 @@ def plot_timeline(report: RunReport, path: str, *, shared: bool = False) -> None
         Patch(color=colors["waiting"], label="waiting for capacity"),
         Patch(color=colors["booting"], label="booting (start -> first episode)"),
         Patch(color=colors["serving"], label="serving episodes"),
+        Patch(color=colors["notice"], label="notice -> end (no new episodes)"),
         Line2D([], [], marker="v", color="#e0a800", linestyle="none", label="notice"),
         Line2D([], [], marker="x", color="#c0392b", mew=2, linestyle="none", label="preempted"),
         Line2D([], [], marker="X", color="#7b241c", linestyle="none", label="lost without notice"),

@@ -1,0 +1,193 @@
+"""The local drill: an operated run on this machine, preempted by a chaos controller, then its report.
+
+    python -m scripts.drill [--store file|s3|URL] [--eval-command CMD] [--server-command CMD]
+                            [--episodes N] [--concurrency C] [--lifetime-s S] [--notice-s S]
+                            [--capacity-delay-s S] [--seed N] [--out DIR] [--timeout-s S]
+                            [--manifest FILE.jsonl] [--shared] [--json]
+
+No cloud account: the store is a local folder (`file`, the default) or S3 on a moto server the drill
+starts on loopback (`s3`, needs `moto[server]`), or any store URL with its credentials in the
+environment. The node runs the real agent (provider `local`) with the stand-in model server and the
+built-in sample episode (0.5-3 s each, 3 % failing as model failures), unless `--server-command`
+(with a `{port}` placeholder) and `--eval-command` (with the agent's `{episode_id}`, `{model_url}`,
+`{output}` placeholders) say otherwise: rehearse your own harness's resume path this way.
+
+The controller takes the node away after exponential lifetimes (mean `--lifetime-s`, default 45 s):
+SIGTERM to the agent `--notice-s` before the end, SIGKILL of everything on the node at the end, a
+capacity delay, and a restart through the node's startup path. At the end it prints the run report
+and the placement decision for the next run, and writes `timeline.png`, `report.txt`, `report.json`
+and the drill's own log (`drill.json`) into `--out` (default `drill-<time>/`).
+
+Exit codes: 0 the run finished, 1 it did not finish within `--timeout-s`, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from scripts import report as report_cli
+from spoteval import drill, report
+from spoteval.store import Store, StoreError
+
+
+class UsageError(Exception):
+    """Bad input: names the option."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = drill.DrillConfig(out=Path("."))
+    p = _Parser(
+        prog="python -m scripts.drill",
+        description="Rehearse an operated spot run on this machine: chaos as the provider, then the report.",
+    )
+    p.add_argument("--store", default="file", help="file (default), s3 (a moto server on loopback), or a URL")
+    p.add_argument("--eval-command", help="episode command with {episode_id} {model_url} {output}")
+    p.add_argument("--server-command", help="model server command with {port}")
+    p.add_argument("--manifest", help="manifest.jsonl of your episodes (default: --episodes sample episodes)")
+    p.add_argument("--episodes", type=int, default=d.episodes, help="sample episodes (default %(default)s)")
+    p.add_argument(
+        "--concurrency", type=int, default=d.concurrency, help="episodes in flight (default %(default)s)"
+    )
+    p.add_argument(
+        "--lifetime-s", type=float, default=d.lifetime_s, help="mean lifetime (default %(default)s)"
+    )
+    p.add_argument(
+        "--notice-s", type=float, default=d.notice_s, help="notice before the kill (default %(default)s)"
+    )
+    p.add_argument(
+        "--capacity-delay-s",
+        type=float,
+        default=d.capacity_delay_s,
+        help="mean wait for capacity after a preemption (default %(default)s)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=d.seed, help="seed of lifetimes, delays, sample (default %(default)s)"
+    )
+    p.add_argument(
+        "--timeout-s", type=float, default=d.timeout_s, help="stop the drill after (default %(default)s)"
+    )
+    p.add_argument("--out", help="folder for the drill's files (default drill-<time>)")
+    p.add_argument("--shared", action="store_true", help="print the shared report (no ids, no prices)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def _command(text: str | None, option: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    if not argv:
+        raise UsageError(f"{option}: empty command")
+    return argv
+
+
+def config_from(args: argparse.Namespace) -> drill.DrillConfig:
+    out = (
+        Path(args.out) if args.out else Path(f"drill-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
+    )
+    return drill.DrillConfig(
+        out=out,
+        store=args.store,
+        episodes=args.episodes,
+        concurrency=args.concurrency,
+        lifetime_s=args.lifetime_s,
+        notice_s=args.notice_s,
+        capacity_delay_s=args.capacity_delay_s,
+        seed=args.seed,
+        eval_command=_command(args.eval_command, "--eval-command"),
+        server_command=_command(args.server_command, "--server-command"),
+        timeout_s=args.timeout_s,
+        manifest=Path(args.manifest) if args.manifest else None,
+    )
+
+
+def report_of(result: drill.DrillResult) -> report.RunReport:
+    """The run report of a finished drill, with the placement decision for the next run."""
+    try:
+        store = Store(result.store_url, result.store_options)
+    except StoreError as exc:
+        raise drill.DrillError(str(exc)) from None
+    base = drill.base_workload(result.episodes)
+    return report_cli.build(
+        store,
+        result.run_id,
+        base,
+        "prices: the drill's spot price and an on-demand price of 3.40 per node-hour",
+    )
+
+
+def summary(result: drill.DrillResult) -> str:
+    secs = (result.ended - result.started).total_seconds()
+    in_flight = sum(len(k.in_flight) for k in result.kills)
+    lines = [
+        f"Drill: {result.results}/{result.episodes} episodes have a result after {secs:.0f} s; "
+        f"{result.incarnations} node start(s), {len(result.kills)} preemption(s) "
+        f"({in_flight} episode(s) in flight at the notices)" + ("" if result.finished else "; NOT FINISHED"),
+    ]
+    lines += [f"  note: {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def run(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    cfg = config_from(args)
+    try:
+        cfg.check()
+    except drill.DrillError as exc:
+        raise UsageError(str(exc)) from None
+    runner = drill.Drill(cfg)
+    try:
+        with drill.Display(cfg.episodes if cfg.manifest is None else 0) as display:
+            runner.display = display
+            result = runner.run()
+        rep = report_of(result)  # before close(): with --store s3 the record lives in the moto server
+    finally:
+        runner.close()
+    out = cfg.out.resolve()
+    png = out / "timeline.png"
+    report.plot_timeline(rep, str(png))
+    (out / "report.txt").write_text(report.render(rep))
+    (out / "report.json").write_text(json.dumps(report.report_json(rep), indent=2, sort_keys=True) + "\n")
+    if args.json:
+        print(json.dumps(report.report_json(rep, shared=args.shared), indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(summary(result))
+        sys.stdout.write("\n" + report.render(rep, shared=args.shared))
+        again = (
+            f"python -m scripts.report --store {result.store_url} --run {result.run_id} "
+            f"--workload {out / 'workload.json'}"
+        )
+        print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, agent.json, node/logs/")
+        if result.store_url.startswith("file://"):
+            print(f"Report again: {again}")
+    return 0 if result.finished else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except (UsageError, drill.DrillError, report.ReportError) as exc:
+        print(f"drill: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("drill: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
