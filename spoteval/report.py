@@ -436,7 +436,7 @@ def allocations(
         for prev, nxt in itertools.pairwise(closed):
             if prev.ended_by in UNCENSORED:
                 kind = "capacity"
-            elif prev.end_reason == "measurement" or nxt.kind == "measurement":
+            elif prev.end_reason in ("measurement", "simulated_preemption") or nxt.kind == "measurement":
                 kind = "measurement"
             else:
                 kind = "stopped"
@@ -497,6 +497,10 @@ def _node_allocations(
             current.phases = _numeric_phases(e.details)
         elif e.kind == "notice" and e.reason != "rebalance_recommendation" and current.notice is None:
             current.notice = e.time
+        elif e.kind == "preempted" and e.details.get("simulated") is True:
+            # a preemption we forced (restart measurement): we ended it, so it is censored
+            closed.append(current.close(e.time, "stop", "simulated_preemption"))
+            current = None
         elif e.kind == "preempted":
             closed.append(current.close(e.time, "preempted", e.reason))
             current = None
@@ -860,9 +864,14 @@ def analyse(
     wait = Stat.of(g.seconds for g in gaps if g.kind == "capacity")
     boot = Stat.of(b for a in run if (b := a.boot_s) is not None)
     phases = _phase_stats(run)
-    measured_wait = Stat.of(g.seconds for g in gaps if g.kind == "measurement")
-    measured_boot = Stat.of(b for a in meas if (b := _measurement_boot(a)) is not None)
+    cycles = measurement_cycles(record.events)
+    measured_wait = Stat.of(c["s_wait_s"] for c in cycles)
+    measured_boot = Stat.of(c["s_boot_s"] for c in cycles)
     measured_phases = _phase_stats(meas)
+    for name, values in _cycle_phases(cycles).items():
+        stat = Stat.of(values)
+        if stat is not None:
+            measured_phases[f"cycle phase: {name}"] = stat
     episodes, more = _episodes(record, allocs)
     problems.extend(more)
     cost: dict[str, float] = defaultdict(float)
@@ -896,9 +905,38 @@ def analyse(
     )
 
 
-def _measurement_boot(a: Allocation) -> float | None:
-    end = a.ready or a.agent_start
-    return None if end is None else (end - a.start).total_seconds()
+#: The source name the restart measurement (scripts/measure_restart.py) writes into its events.
+MEASUREMENT_SOURCE: Final = "measure_restart"
+
+
+def measurement_cycles(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The restart measurement's cycles, as it records each one: a heartbeat whose details carry
+    `measured` (phase -> seconds), `s_wait_s` and `s_boot_s` (see scripts/measure_restart.py)."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        d = e.details
+        if d.get("source") != MEASUREMENT_SOURCE or not isinstance(d.get("measured"), Mapping):
+            continue
+        wait, boot = d.get("s_wait_s"), d.get("s_boot_s")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (wait, boot)):
+            continue
+        phases = {
+            k: float(v)
+            for k, v in d["measured"].items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
+        out.append(
+            {"node": e.node, "cycle": d.get("cycle"), "s_wait_s": wait, "s_boot_s": boot, "phases": phases}
+        )
+    return out
+
+
+def _cycle_phases(cycles: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = defaultdict(list)
+    for c in cycles:
+        for name, seconds in c["phases"].items():
+            samples[name].append(seconds)
+    return samples
 
 
 def _phase_stats(allocs: Sequence[Allocation]) -> dict[str, Stat]:
@@ -1364,8 +1402,10 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
     for k, s in sorted(report.boot_phases.items()):
         st.add_row(*_stat_row(f"  {k}", s))
     if report.measured_wait or report.measured_boot or report.measured_phases:
-        st.add_row(*_stat_row("measurement S_wait: stop -> start", report.measured_wait))
-        st.add_row(*_stat_row("measurement S_boot: start -> ready", report.measured_boot))
+        st.add_row(
+            *_stat_row("restart measurement S_wait (start requested -> running)", report.measured_wait)
+        )
+        st.add_row(*_stat_row("restart measurement S_boot (running -> serving)", report.measured_boot))
         for k, s in sorted(report.measured_phases.items()):
             st.add_row(*_stat_row(f"  measurement {k}", s))
     say(st)

@@ -27,7 +27,7 @@ A, B, C = "i-0aaa111", "i-0bbb333", "i-0ccc444"
 # distinctive prices, so that a price leaking into a shared report is found by its digits
 P_A1, P_A1B, P_A2, P_B1, P_B2, P_C1, P_C2 = 0.8123, 0.9177, 0.8561, 0.8123, 0.8049, 0.8311, 0.8267
 ACCOUNT = "123456789012"
-ADDRESSES = ("203.0.113.17", "198.51.100.9")
+ADDRESSES = ("203.0.113.17", "198.51.100.9", "198.51.100.23", "198.51.100.24")
 
 
 def at(s: float) -> datetime:
@@ -91,13 +91,58 @@ EVENTS = [
     ev(1000, B, "start", "restart_after_preemption", P_B2),
     ev(1080, B, "ready"),
     ev(1500, B, "heartbeat"),
-    # node C: an agent run stopped by a restart measurement, and one measured start/stop cycle
+    # node C: an agent run stopped by a restart measurement (scripts/measure_restart.py), one measured
+    # cycle as that script records it, and the node left stopped
     ev(7000, C, "start", "initial", P_C1),
-    ev(8000, C, "stop", "measurement"),
-    ev(8100, C, "start", "measurement", P_C2, hostname="ip-10-0-0-7"),
+    ev(
+        8000,
+        C,
+        "stop",
+        "measurement",
+        P_C1,
+        source="measure_restart",
+        mode="stop-start",
+        cycle=1,
+        phase_s=12.0,
+    ),
+    ev(
+        8100,
+        C,
+        "start",
+        "measurement",
+        P_C2,
+        source="measure_restart",
+        cycle=1,
+        by="request",
+        hostname="ip-10-0-0-7",
+    ),
     ev(8160, C, "start", "restart_after_stop", P_C2),
     ev(8190, C, "ready"),
-    ev(8200, C, "stop", "measurement"),
+    ev(
+        8195,
+        C,
+        "heartbeat",
+        None,
+        P_C2,
+        source="measure_restart",
+        mode="stop-start",
+        cycle=1,
+        measured={
+            "stop": 12.0,
+            "price_check": 0.4,
+            "start": 55.0,
+            "serve": 30.0,
+            "first_token": 0.5,
+            "agent_ready": 9.5,
+        },
+        s_wait_s=55.0,
+        s_boot_s=40.0,
+        total_s=95.0,
+        address_before=ADDRESSES[2],
+        address=ADDRESSES[3],
+        address_changed=True,
+    ),
+    ev(8200, C, "stop", "measurement", P_C2, source="measure_restart", leave="stopped", outcome="completed"),
 ]
 
 ATTEMPTS = [
@@ -232,9 +277,29 @@ def test_s_wait_and_s_boot_by_phase(built: Built) -> None:
 def test_restart_measurements_are_reported_apart(built: Built) -> None:
     rep = built.report
     assert rep.measured_wait is not None and rep.measured_boot is not None
-    assert (rep.measured_wait.n, rep.measured_wait.median) == (1, 100)
-    assert rep.measured_boot.median == 90
+    # as the measurement recorded each cycle: S_wait = start requested -> running, S_boot after it
+    assert (rep.measured_wait.n, rep.measured_wait.median, rep.measured_boot.median) == (1, 55.0, 40.0)
+    assert rep.measured_phases["cycle phase: serve"].median == 30.0
+    # and from the record's own events: start request -> the agent's start and ready
     assert rep.measured_phases["start -> agent start"].median == 60
+    assert rep.measured_phases["start -> ready"].median == 90
+    # the run's own restarts are kept apart from the measured ones
+    assert rep.wait is not None and rep.wait.n == 2
+
+
+def test_a_simulated_preemption_is_censored() -> None:
+    events = [
+        ev(0, C, "start", "initial", 1.0),
+        ev(100, C, "preempted", "provider", source="measure_restart", simulated=True, cycle=1),
+        ev(130, C, "start", "measurement", 1.0, source="measure_restart", cycle=1),
+        ev(200, C, "stop", "measurement"),
+    ]
+    allocs, gaps, _ = report.allocations(events, now=NOW)
+    assert [(a.ended_by, a.end_reason, a.censored) for a in allocs] == [
+        ("stop", "simulated_preemption", True),
+        ("stop", "measurement", True),
+    ]
+    assert [g.kind for g in gaps] == ["measurement"]
 
 
 # --- episodes, cost, efficiency ------------------------------------------------------------------
