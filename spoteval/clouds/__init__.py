@@ -82,9 +82,8 @@ class Price:
                 f"unknown price source {self.source!r} (known: {', '.join(sorted(PRICE_SOURCES))})"
             )
         if (self.per_hour is None) != (self.source == "unknown"):
-            raise ValueError(
-                f"a price from {self.source!r} must {'' if self.per_hour is None else 'not '}be None"
-            )
+            must = "must be None" if self.source == "unknown" else "must not be None"
+            raise ValueError(f"a price from {self.source!r} {must}")
         if self.per_hour is not None and self.per_hour < 0:
             raise ValueError(f"price {self.per_hour} per hour is negative")
 

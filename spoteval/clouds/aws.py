@@ -15,6 +15,7 @@ Credentials, region and endpoint come from the standard environment as boto3 rea
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,7 +35,7 @@ from spoteval.clouds import (
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
-    from mypy_boto3_ec2.type_defs import InstanceTypeDef
+    from mypy_boto3_ec2.type_defs import InstanceTypeDef, SpotPriceTypeDef
 
 _STATES: Final = {
     "pending": "pending",
@@ -53,6 +54,33 @@ def _error(exc: Exception) -> str:
         err = exc.response.get("Error", {})
         return f"{err.get('Code', 'error')}: {err.get('Message', '')}".strip()
     return str(exc)
+
+
+def spot_price(history: Sequence[SpotPriceTypeDef], instance_type: str, zone: str | None) -> Price | None:
+    """The newest Linux spot price for the type (and zone) in a price history, or None."""
+    entries = [
+        e
+        for e in history
+        if e.get("InstanceType") == instance_type
+        and (not zone or e.get("AvailabilityZone") == zone)
+        and str(e.get("ProductDescription", "")).startswith("Linux/UNIX")
+        and "SpotPrice" in e
+    ]
+    if not entries:
+        return None
+    oldest = datetime.min.replace(tzinfo=timezone.utc)
+    newest = max(entries, key=lambda e: e.get("Timestamp") or oldest)
+    stamp = newest.get("Timestamp")
+    return Price(
+        float(newest["SpotPrice"]),
+        "USD",
+        "api",
+        {
+            "zone": newest.get("AvailabilityZone"),
+            "since": stamp.astimezone(timezone.utc).isoformat() if stamp else None,
+            "product": newest.get("ProductDescription"),
+        },
+    )
 
 
 class AwsPlane:
@@ -131,29 +159,8 @@ class AwsPlane:
             raise ControlPlaneError(
                 f"aws describe_spot_price_history {self.outputs.instance_type} in {zone}: {_error(exc)}"
             ) from None
-        entries = [
-            e
-            for e in history
-            if e.get("InstanceType") == self.outputs.instance_type
-            and (not zone or e.get("AvailabilityZone") == zone)
-            and str(e.get("ProductDescription", "")).startswith("Linux/UNIX")
-            and "SpotPrice" in e
-        ]
-        if not entries:
-            return configured_price(
-                self.config, reason=f"no spot price history for {self.outputs.instance_type} in {zone}"
-            )
-        newest = max(entries, key=lambda e: e.get("Timestamp") or datetime.min.replace(tzinfo=timezone.utc))
-        stamp = newest.get("Timestamp")
-        return Price(
-            float(newest["SpotPrice"]),
-            "USD",
-            "api",
-            {
-                "zone": newest.get("AvailabilityZone"),
-                "since": stamp.astimezone(timezone.utc).isoformat() if stamp else None,
-                "product": newest.get("ProductDescription"),
-            },
+        return spot_price(history, self.outputs.instance_type, zone) or configured_price(
+            self.config, reason=f"no spot price history for {self.outputs.instance_type} in {zone}"
         )
 
     # --- acting -----------------------------------------------------------------------------
