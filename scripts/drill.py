@@ -122,13 +122,12 @@ def report_of(result: drill.DrillResult) -> report.RunReport:
         store = Store(result.store_url, result.store_options)
     except StoreError as exc:
         raise drill.DrillError(str(exc)) from None
-    base = drill.base_workload(result.episodes)
-    return report_cli.build(
-        store,
-        result.run_id,
-        base,
-        "prices: the drill's spot price and an on-demand price of 3.40 per node-hour",
+    base = drill.base_workload(result.episodes, result.config.capacity_delay_s)
+    source = (
+        f"prices: the drill's spot price {drill.SPOT_PRICE:.2f} and an on-demand price of "
+        f"{drill.ON_DEMAND_PRICE:.2f} per node-hour"
     )
+    return report_cli.build(store, result.run_id, base, source)
 
 
 def summary(result: drill.DrillResult) -> str:

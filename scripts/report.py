@@ -166,8 +166,16 @@ def build(
     rep = report.analyse(report.load_run(store, run_id))
     workload = report.workload_from_run(rep, base)
     rep = report.with_placement(rep, decide, workload)
-    if rep.placement is not None and base_source:
-        rep = dataclasses.replace(rep, placement_note=base_source)
+    missing = report.unmeasured(rep)
+    if rep.placement is not None:
+        note = base_source
+        if missing:
+            note += "; not measured in this run, so from there too: " + ", ".join(missing)
+        rep = dataclasses.replace(rep, placement_note=note)
+    elif missing:
+        given = ", ".join(missing)
+        note = f"{rep.placement_note}; not measured in this run: {given}: give them in --workload FILE"
+        rep = dataclasses.replace(rep, placement_note=note)
     return rep
 
 

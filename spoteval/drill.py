@@ -439,12 +439,27 @@ class MotoServer:
 # --- display ------------------------------------------------------------------------------------
 
 
+def _status_progress() -> Any:
+    """A rich Progress with a status line under the bar (episodes done, interruptions, restarts)."""
+    from rich.progress import Progress
+    from rich.text import Text
+
+    class StatusProgress(Progress):
+        status = ""
+
+        def get_renderables(self) -> Iterator[Any]:
+            yield self.make_tasks_table(self.tasks)
+            yield Text(self.status)
+
+    return StatusProgress
+
+
 class Display:
-    """Progress: a live bar on a terminal; plain time-stamped lines when piped."""
+    """Progress: a live bar and status line on a terminal; plain time-stamped lines when piped."""
 
     def __init__(self, total: int, stream: TextIO | None = None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
         self.console = Console(file=stream or sys.stdout, highlight=False)
         if not self.console.is_terminal:
@@ -453,17 +468,15 @@ class Display:
         self.t0 = time.monotonic()
         self.total = total
         self.last_plain = 0.0
-        self.status = ""
-        self.progress = Progress(
+        self.progress = _status_progress()(
             TextColumn("episodes done"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
             console=self.console,
             disable=not self.live,
         )
-        self.task = self.progress.add_task("drill", total=total, status="")
+        self.task = self.progress.add_task("drill", total=total)
 
     def __enter__(self) -> Display:
         self.progress.start()
@@ -480,8 +493,8 @@ class Display:
         self.progress.update(self.task, total=total)
 
     def update(self, done: int, status: str) -> None:
-        self.status = status
-        self.progress.update(self.task, completed=done, status=status)
+        self.progress.status = status
+        self.progress.update(self.task, completed=done)
         now = time.monotonic()
         if not self.live and now - self.last_plain >= 10.0:
             self.last_plain = now
@@ -561,11 +574,13 @@ def agent_config(
     }
 
 
-def base_workload(episodes: int) -> dict[str, Any]:
-    """What the record cannot know, for the placement of the next run: the options' prices."""
+def base_workload(episodes: int, capacity_delay_s: float) -> dict[str, Any]:
+    """What the record cannot know, for the placement of the next run: the options' prices, and the
+    drill's capacity delay as W in case the run had no restart to measure it."""
     return {
         "episodes": episodes,
         "prices": {"spot": SPOT_PRICE, "on_demand": ON_DEMAND_PRICE},
+        "restart": {"wait_minutes": capacity_delay_s / 60.0},
         "spot_margin": 0.10,
     }
 
@@ -710,7 +725,8 @@ class Drill:
         config_path.write_text(
             json.dumps(agent_config(cfg, run_id, store_url, options, free_port()), indent=2) + "\n"
         )
-        (self.out / "workload.json").write_text(json.dumps(base_workload(len(entries)), indent=2) + "\n")
+        base = base_workload(len(entries), cfg.capacity_delay_s)
+        (self.out / "workload.json").write_text(json.dumps(base, indent=2) + "\n")
         upload = self._agent_cli("manifest", "--config", str(config_path), str(manifest_path))
         if upload.returncode != 0:
             raise DrillError(f"uploading the manifest failed: {_last_line(upload.stderr)}")
@@ -848,7 +864,7 @@ class Drill:
         if self.display is not None:
             self.display.update(
                 max(0, done),
-                f"node start {incarnation} ({phase}); interruptions {kills}; restarts {incarnation - 1}",
+                f"node start {incarnation}: {phase}; interruptions {kills}; restarts {incarnation - 1}",
             )
 
     def _wait(self, until: float, life: _Life, incarnation: int, kills: int) -> None:

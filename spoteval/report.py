@@ -1012,6 +1012,26 @@ def workload_from_run(report: RunReport, base: Mapping[str, Any] | None = None) 
     return out
 
 
+def unmeasured(report: RunReport) -> list[str]:
+    """Placement inputs this run could not measure (they must come from the base workload)."""
+    out: list[str] = []
+    if not report.episodes.durations_s:
+        out.append("episode_minutes (no finished attempt)")
+    if not report.episodes.concurrency:
+        out.append("concurrency (no attempt)")
+    if report.tau is None:
+        out.append("lifetime_hours (no allocation)")
+    elif report.tau.seconds is None:
+        out.append("lifetime_hours (no preemption: the interval's lower bound is used)")
+    if report.wait is None and report.measured_wait is None:
+        out.append("restart.wait_minutes (no restart after a preemption)")
+    if report.boot is None and report.measured_boot is None:
+        out.append("restart.boot_minutes (no node reached its first episode)")
+    if _mean_price(report.allocations, "spot") is None:
+        out.append("prices.spot (no spot price logged)")
+    return out
+
+
 def _mean_price(allocs: Iterable[Allocation], market: str) -> float | None:
     cost = hours = 0.0
     for a in allocs:

@@ -219,6 +219,7 @@ def test_the_drill_command_on_s3_prints_the_report_and_the_decision(
     assert "12/12 episodes have a result" in out
     assert "s3://drill-" in out and "Placement for the next run" in out
     assert "Lifetime tau: no preemption" in out
+    assert "not measured in this run, so from there too: lifetime_hours (no preemption" in out
     assert (tmp_path / "out" / "timeline.png").exists()
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
     assert doc["episodes"]["completed"] + doc["episodes"]["model_failures"] == 12

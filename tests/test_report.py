@@ -523,3 +523,35 @@ def test_a_node_taken_while_booting_is_an_allocation_from_the_providers_launch_t
     # without the launch time the event is reported, not guessed
     _, _, problems = report.allocations([*events[:2], replace(events[2], details={}), *events[3:]], now=NOW)
     assert [p.category for p in problems] == ["inconsistent"]
+
+
+def test_stack_outputs_name_the_store_and_the_run(
+    built: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"bucket_url": built.url, "run_id": RUN, "provider": "aws"}))
+    assert report_cli.main(["--stack", "no-such-stack", "--outputs", str(outputs), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_id"] == RUN
+    outputs.write_text(json.dumps({"bucket_url": built.url}))
+    assert report_cli.main(["--stack", "x", "--outputs", str(outputs)]) == 2
+    assert "the outputs have no 'run_id'" in capsys.readouterr().err
+
+
+def test_a_run_without_a_restart_names_what_it_could_not_measure(tmp_path: Path) -> None:
+    store = Store(f"file://{tmp_path}/s")
+    store.put_new(LAYOUT.manifest, MANIFEST)
+    for seq, e in enumerate([ev(0, A, "start", "initial", 1.0, concurrency=2), ev(600, A, "stop", "done")]):
+        store.put_new(LAYOUT.event(e.time, e.node, seq), e.dumps())
+    a = att("e1", 1, "completed", A, 10, 70)
+    store.put_new(LAYOUT.attempt("e1", 1), a.dumps())
+    no_wait = report_cli.build(store, RUN, {"prices": {"on_demand": 3.0}}, "prices from the test")
+    assert no_wait.placement is None
+    assert "restart.wait_minutes (no restart after a preemption)" in no_wait.placement_note
+    assert "lifetime_hours (no preemption" in no_wait.placement_note
+    given = report_cli.build(
+        store, RUN, {"prices": {"on_demand": 3.0}, "restart": {"wait_minutes": 5}}, "test"
+    )
+    assert given.placement is not None and given.placement["decision"] in ("spot", "on_demand")
+    assert given.placement_note.startswith(
+        "test; not measured in this run, so from there too: lifetime_hours"
+    )
