@@ -741,12 +741,14 @@ class Drill:
         kills: list[Kill] = []
         exit_codes: list[int | None] = []
         incarnation = 0
+        early = 0  # node starts in a row whose agent exited by itself before the run was done
         finished = False
         while time.monotonic() < life.deadline:
             incarnation += 1
             outcome, code, kill = self._one_life(life, incarnation, len(kills))
             exit_codes.append(code)
             if kill is not None:
+                early = 0
                 kills.append(kill)
                 self._log(f"node taken (preempted); capacity comes back in {kill.capacity_delay_s:.1f} s")
                 self._wait(
@@ -767,9 +769,9 @@ class Drill:
                 self._log(self.notes[-1])
                 break
             tail = _tail(self.out / "node" / "logs" / f"node-{incarnation}.log")
-            failures = [c for c in exit_codes[-3:] if c not in (0, None)]
-            if code == 2 or len(failures) == 3:
-                raise DrillError(f"the agent exited with {code}: {tail}")
+            early += 1
+            if code == 2 or early == 3:  # a config the agent refuses, or an agent that keeps stopping
+                raise DrillError(f"the agent exited with {code} before the run was done: {tail}")
             self.notes.append(
                 f"node start {incarnation}: the agent exited with {code} before the run was done"
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -269,3 +270,14 @@ def test_episodes_are_identifiable_only_by_a_whole_episode_id_argument() -> None
     assert drill.identifiable(drill.sample_eval_command(SETTINGS))
     assert drill.identifiable(("run", "--id={episode_id}", "{output}"))
     assert not drill.identifiable(("run", "--out", "/tmp/{episode_id}.json"))
+
+
+def test_an_agent_refusing_the_drills_setup_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the model server never answers: the agent gives up waiting for it and the drill says so
+    argv = ["--episodes", "4", "--out", str(tmp_path / "o"), "--timeout-s", "60"]
+    argv += ["--server-command", f"{sys.executable} -c 'import sys; sys.exit(3)' {{port}}"]
+    assert drill_cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("drill: the agent exited with")
