@@ -543,7 +543,7 @@ def agent_config(
     cfg: DrillConfig, run_id: str, store_url: str, store_options: Mapping[str, Any], port: int
 ) -> dict[str, Any]:
     """The agent's config for the drill's node (the same one at every start)."""
-    node_dir = cfg.out / "node"
+    node_dir = cfg.out.resolve() / "node"
     server = [a.replace("{port}", str(port)) for a in (cfg.server_command or standin_command(cfg))]
     return {
         "run_id": run_id,

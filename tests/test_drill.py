@@ -195,8 +195,9 @@ def test_the_drill_writes_its_log_and_the_report_plots_it(drilled: Drilled, tmp_
 
 
 def test_the_drill_command_on_s3_prints_the_report_and_the_decision(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative --out, as a user gives it
     code = drill_cli.main(
         [
             "--store",
@@ -210,7 +211,7 @@ def test_the_drill_command_on_s3_prints_the_report_and_the_decision(
             "--seed",
             "1",
             "--out",
-            str(tmp_path / "out"),
+            "out",
             "--timeout-s",
             "60",
         ]
