@@ -143,22 +143,49 @@ def stack_outputs(stack: str) -> Any:
         raise MeasureError(f"--stack {stack}: pulumi stack output did not print JSON") from None
 
 
-def stack_grant(stacks_dir: Path, stack: str) -> Grant:
-    """The `spot-eval:grant` block of stacks/Pulumi.NAME.yaml (absent block: no limits)."""
+@dataclass(frozen=True)
+class Inputs:
+    """What the measurement runs against: the outputs, the grant, and what the stack config adds."""
+
+    outputs: StackOutputs
+    grant: Grant
+    source: str
+    #: from the stack config: the workload's price for the market, the provider's own block
+    configured_price: float | None = None
+    provider_block: Mapping[str, Any] = field(default_factory=dict)
+
+
+def stack_config(stacks_dir: Path, stack: str) -> tuple[Path, Mapping[str, Any]]:
+    """The `spot-eval:` keys of stacks/Pulumi.NAME.yaml, without the namespace."""
     path = stacks_dir / f"Pulumi.{stack}.yaml"
     doc = _load_mapping(path, "stack file")
     config = doc.get("config") if isinstance(doc, Mapping) else None
-    raw = config.get("spot-eval:grant") if isinstance(config, Mapping) else None
-    try:
-        return Grant.parse(raw, where=f"{path}: spot-eval:grant")
-    except GrantError as exc:
-        raise MeasureError(str(exc)) from None
+    if not isinstance(config, Mapping):
+        return path, {}
+    prefix = "spot-eval:"
+    return path, {
+        k[len(prefix) :]: v for k, v in config.items() if isinstance(k, str) and k.startswith(prefix)
+    }
 
 
-def load_inputs(args: argparse.Namespace) -> tuple[StackOutputs, Grant, str]:
+def _workload_price(config: Mapping[str, Any], market: str) -> float | None:
+    workload = config.get("workload")
+    prices = workload.get("prices") if isinstance(workload, Mapping) else None
+    value = prices.get(market) if isinstance(prices, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
+def load_inputs(args: argparse.Namespace) -> Inputs:
+    config: Mapping[str, Any] = {}
     if args.stack:
         raw = stack_outputs(args.stack)
-        grant = stack_grant(Path(args.stacks_dir), args.stack)
+        path, config = stack_config(Path(args.stacks_dir), args.stack)
+        try:
+            grant = Grant.parse(config.get("grant"), where=f"{path}: spot-eval:grant")
+        except GrantError as exc:
+            raise MeasureError(str(exc)) from None
         source = f"stack {args.stack}"
     else:
         path = Path(args.outputs)
@@ -176,7 +203,14 @@ def load_inputs(args: argparse.Namespace) -> tuple[StackOutputs, Grant, str]:
         outputs = StackOutputs.parse(raw, where=source)
     except ControlPlaneError as exc:
         raise MeasureError(str(exc)) from None
-    return outputs, grant, source
+    block = config.get(outputs.provider)
+    return Inputs(
+        outputs,
+        grant,
+        source,
+        configured_price=_workload_price(config, outputs.market),
+        provider_block=block if isinstance(block, Mapping) else {},
+    )
 
 
 # --- the model server ---------------------------------------------------------------------------
@@ -836,9 +870,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="stacked bars of the phases per cycle")
     p.add_argument("--wait-ready", action="store_true", help="also wait for the agent's ready event")
-    p.add_argument("--price", type=_positive, metavar="PER_HOUR", help="the price when no API gives one")
+    p.add_argument(
+        "--price",
+        type=_positive,
+        metavar="PER_HOUR",
+        help="the price when no API gives one (default: the stack's workload.prices for its market)",
+    )
     p.add_argument("--fis-template", metavar="ID", help="AWS FIS experiment template for --mode preempt")
-    p.add_argument("--gcp-project", help="GCP project when node ids are bare instance names")
+    p.add_argument("--gcp-project", help="GCP project of the instance (default: the stack's gcp.project)")
+    p.add_argument("--azure-subscription", help="Azure subscription (default: AZURE_SUBSCRIPTION_ID)")
+    p.add_argument("--azure-resource-group", help="default: the stack's azure.resource_group")
+    p.add_argument("--k8s-namespace", help="default: the stack's k8s.namespace, else spot-eval")
+    p.add_argument("--k8s-deployment", help="the model server's Deployment (default: RUN_ID-server)")
     p.add_argument("--poll", type=_positive, default=5.0, metavar="S", help="seconds between state reads")
     p.add_argument("--stop-timeout", type=_positive, default=900.0, metavar="S")
     p.add_argument("--start-timeout", type=_positive, default=1800.0, metavar="S")
@@ -861,7 +904,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    outputs, grant, _source = load_inputs(args)
+    inputs = load_inputs(args)
+    outputs, grant = inputs.outputs, inputs.grant
     node = args.node or outputs.node_ids[0]
     if node not in outputs.node_ids:
         raise MeasureError(
@@ -873,13 +917,23 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise MeasureError(
             "--mode preempt on aws needs --fis-template ID (aws:ec2:send-spot-instance-interruptions)"
         )
+    block = inputs.provider_block
+
+    def from_block(key: str) -> str | None:
+        value = block.get(key)
+        return value if isinstance(value, str) and value else None
+
     config = PlaneConfig(
-        configured_price=args.price,
+        configured_price=args.price if args.price is not None else inputs.configured_price,
         currency=grant.currency,
         poll_s=args.poll,
         fis_template_id=args.fis_template,
         gcp_billing_api_key=os.environ.get(GCP_KEY_ENV) or None,
-        gcp_project=args.gcp_project,
+        gcp_project=args.gcp_project or from_block("project"),
+        azure_subscription=args.azure_subscription,
+        azure_resource_group=args.azure_resource_group or from_block("resource_group"),
+        k8s_namespace=args.k8s_namespace or from_block("namespace"),
+        k8s_deployment=args.k8s_deployment,
     )
     plane = open_plane(outputs, node, config)
     store = Store(outputs.bucket_url)

@@ -209,6 +209,11 @@ def test_unknown_instance_is_named_in_the_error(moto_ec2: servers.Server) -> Non
         aws_plane("i-0123456789abcdef0").state()
 
 
+def test_a_pools_group_name_is_not_a_node_to_restart() -> None:
+    with pytest.raises(ControlPlaneError, match="not an instance id"):
+        aws_plane("r1-pool")
+
+
 def test_preemption_without_a_fis_template_says_what_is_needed(moto_ec2: servers.Server) -> None:
     with pytest.raises(ControlPlaneError, match="aws:ec2:send-spot-instance-interruptions"):
         aws_plane(launch()).simulate_preemption(timeout_s=1)

@@ -315,7 +315,16 @@ def test_retail_pages_stop_at_the_last_page() -> None:
     assert [i["a"] for i in retail_items("u1", lambda url: pages[url])] == [1, 2]
 
 
-def test_node_must_be_an_arm_id(arm: tuple[Arm, FakeApi]) -> None:
+def test_node_as_a_vm_name_needs_the_resource_group_and_subscription(
+    arm: tuple[Arm, FakeApi], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, api = arm
-    with pytest.raises(ControlPlaneError, match="ARM id"):
-        AzurePlane(outputs(), "gpu-vm", PlaneConfig(), plane(api).compute)
+    compute = plane(api).compute
+    monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
+    with pytest.raises(ControlPlaneError, match="resource group"):
+        AzurePlane(outputs(), VM, PlaneConfig(azure_resource_group=RG), compute)
+    monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", SUB)
+    by_name = AzurePlane(outputs(), VM, PlaneConfig(azure_resource_group=RG), compute)
+    assert by_name.state().running  # the same VM, found from its name as the Pulumi outputs give it
+    with pytest.raises(ControlPlaneError, match="not an ARM resource id"):
+        AzurePlane(outputs(), "/subscriptions/x", PlaneConfig(), compute)

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 
 from spoteval.clouds import ControlPlaneError, PlaneConfig, StackOutputs
-from spoteval.clouds.kubernetes import KubernetesPlane
+from spoteval.clouds.kubernetes import KubernetesPlane, model_server_deployment
 from tests.fake_api import FakeApi, Reply, Request
 
 NS = "evals"
@@ -234,9 +234,23 @@ def test_a_pod_cannot_stay_stopped_under_its_controller(cluster: tuple[Cluster, 
     assert p.restarts_itself and not p.can_stay_stopped
 
 
-def test_node_id_must_name_a_deployment() -> None:
+def test_the_model_server_deployment_is_found_from_the_stack() -> None:
+    out = outputs()  # run_id r1; the Pulumi program names the model server's Deployment r1-server
+    assert model_server_deployment(out, "r1-episodes", PlaneConfig()) == ("spot-eval", "r1-server")
+    assert model_server_deployment(out, "r1-episodes", PlaneConfig(k8s_namespace="evals")) == (
+        "evals",
+        "r1-server",
+    )
+    assert model_server_deployment(out, "evals/model", PlaneConfig()) == ("evals", "model")
+    assert model_server_deployment(out, "x", PlaneConfig(k8s_deployment="vllm")) == ("spot-eval", "vllm")
     with pytest.raises(ControlPlaneError, match="NAMESPACE/DEPLOYMENT"):
-        KubernetesPlane(outputs(), "a/b/c", PlaneConfig(), k8s.CoreV1Api(), k8s.AppsV1Api())
+        model_server_deployment(out, "a/b/c", PlaneConfig())
+
+
+def test_k8s_is_the_stacks_name_for_the_kubernetes_provider() -> None:
+    from spoteval.clouds import PROVIDERS
+
+    assert PROVIDERS["k8s"] is PROVIDERS["kubernetes"]
 
 
 def test_connect_without_a_cluster_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:

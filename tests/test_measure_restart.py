@@ -23,7 +23,7 @@ import boto3
 import pytest
 from mypy_boto3_ec2.client import EC2Client
 
-from scripts.measure_restart import main
+from scripts.measure_restart import load_inputs, main, parser
 from spoteval import standin
 from spoteval.record import Event, RunLayout, utc_now
 from spoteval.store import Store
@@ -548,6 +548,8 @@ def test_stack_reads_pulumi_outputs_and_the_stacks_grant(
     stacks.mkdir()
     (stacks / "Pulumi.gpu-aws.yaml").write_text(
         "config:\n  aws:region: us-east-1\n  spot-eval:grant:\n    price_cap: 0.5\n    budget: 20\n"
+        "  spot-eval:workload:\n    prices: {spot: 0.9, on_demand: 2.5}\n"
+        "  spot-eval:aws:\n    vpc_cidr: 10.42.0.0/16\n"
     )
     args = ["--stack", "gpu-aws", "--stacks-dir", str(stacks), "--health-url", model_server.url, "--json"]
     assert main(args) == 0
@@ -556,6 +558,9 @@ def test_stack_reads_pulumi_outputs_and_the_stacks_grant(
     assert plan["grant"]["price_cap"] == 0.5
     assert plan["budget_left"] == pytest.approx(20.0)
     assert node.state() == "running"
+    inputs = load_inputs(parser().parse_args(args))
+    assert inputs.configured_price == 0.9  # the workload's spot price: used when no API gives one
+    assert inputs.provider_block == {"vpc_cidr": "10.42.0.0/16"}
 
 
 def test_stack_without_pulumi_on_path_says_so(

@@ -173,7 +173,9 @@ class PlaneConfig:
     `configured_price` is used when the provider has no price API (or none is configured);
     `poll_s` is the interval between state reads while waiting; `fis_template_id` (AWS) names the
     FIS experiment template that sends the spot interruption; `gcp_billing_api_key` enables the
-    Cloud Billing Catalog price; `gcp_project` is used when a GCP node id is a bare instance name.
+    Cloud Billing Catalog price. The stack's node ids are names; where a name alone does not find
+    the node, the rest comes from here (the stack's config): `gcp_project`, `azure_subscription`
+    and `azure_resource_group`, `k8s_namespace` and `k8s_deployment` (the model server's).
     """
 
     configured_price: float | None = None
@@ -182,6 +184,10 @@ class PlaneConfig:
     fis_template_id: str | None = None
     gcp_billing_api_key: str | None = None
     gcp_project: str | None = None
+    azure_subscription: str | None = None
+    azure_resource_group: str | None = None
+    k8s_namespace: str | None = None
+    k8s_deployment: str | None = None
 
 
 class ControlPlane(Protocol):
@@ -305,6 +311,7 @@ PROVIDERS: Final[dict[str, Factory]] = {
     "gcp": _gcp,
     "azure": _azure,
     "kubernetes": _kubernetes,
+    "k8s": _kubernetes,
     "nebius": _nebius,
     "runpod": _runpod,
 }

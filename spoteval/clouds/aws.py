@@ -90,7 +90,12 @@ class AwsPlane:
 
     def __init__(
         self, outputs: StackOutputs, node: str, config: PlaneConfig, ec2: EC2Client, fis: Any = None
-    ):
+    ) -> None:
+        if not node.startswith("i-"):
+            raise ControlPlaneError(
+                f"aws node {node!r} is not an instance id (i-...): a pool's Auto Scaling group replaces "
+                "stopped instances, so restarts are measured on a single-node stack"
+            )
         self.outputs = outputs
         self.node = node
         self.config = config

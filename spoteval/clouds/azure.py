@@ -1,7 +1,9 @@
 """Azure VM control plane (azure-mgmt-compute, azure-mgmt-network, azure-identity).
 
 Credentials come from `DefaultAzureCredential` (environment, managed identity, `az login`). A node
-id is the VM's ARM id: `/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/NAME`.
+id is the VM's ARM id (`/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/NAME`)
+or its name, with the resource group from the config and the subscription from the config or
+`AZURE_SUBSCRIPTION_ID`.
 
 - State: the instance view's `PowerState/...` status (`deallocated` and `stopped` both read as
   stopped; `stop()` deallocates, so the compute is no longer billed).
@@ -14,6 +16,7 @@ id is the VM's ARM id: `/subscriptions/S/resourceGroups/RG/providers/Microsoft.C
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -103,6 +106,26 @@ def spot_price(items: Iterable[Mapping[str, Any]], sku: str) -> Price | None:
     )
 
 
+def vm_resource_id(node: str, config: PlaneConfig) -> str:
+    """The VM's ARM id: `node` itself, or a VM name with the config's (or environment's) subscription
+    and the config's resource group."""
+    if node.startswith("/"):
+        parts = parse_resource_id(node) if is_valid_resource_id(node) else {}
+        if str(parts.get("type", "")).lower() != "virtualmachines" or not parts.get("resource_group"):
+            raise ControlPlaneError(f"azure node {node!r} is not an ARM resource id of a virtual machine")
+        return node
+    subscription = config.azure_subscription or os.environ.get("AZURE_SUBSCRIPTION_ID")
+    if not subscription or not config.azure_resource_group or "/" in node:
+        raise ControlPlaneError(
+            f"azure node {node!r}: give the VM's ARM id, or its name with the resource group "
+            "(the stack's azure.resource_group) and AZURE_SUBSCRIPTION_ID"
+        )
+    return (
+        f"/subscriptions/{subscription}/resourceGroups/{config.azure_resource_group}"
+        f"/providers/Microsoft.Compute/virtualMachines/{node}"
+    )
+
+
 class AzurePlane:
     provider = "azure"
     restarts_itself = False
@@ -119,12 +142,7 @@ class AzurePlane:
         prices_url: str = PRICES_URL,
         http_get: HttpGet = http_get_json,
     ) -> None:
-        if not is_valid_resource_id(node):
-            raise ControlPlaneError(
-                f"azure node {node!r}: expected the VM's ARM id "
-                "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/NAME"
-            )
-        parts = parse_resource_id(node)
+        parts = parse_resource_id(vm_resource_id(node, config))
         self.outputs = outputs
         self.node = node
         self.config = config
@@ -141,9 +159,7 @@ class AzurePlane:
         from azure.identity import DefaultAzureCredential
         from azure.mgmt.compute import ComputeManagementClient
 
-        if not is_valid_resource_id(node):
-            raise ControlPlaneError(f"azure node {node!r}: expected the VM's ARM id")
-        subscription = str(parse_resource_id(node)["subscription"])
+        subscription = str(parse_resource_id(vm_resource_id(node, config))["subscription"])
         credential = DefaultAzureCredential()
         compute = ComputeManagementClient(credential, subscription)
         try:

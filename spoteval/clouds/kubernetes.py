@@ -1,8 +1,10 @@
 """Kubernetes control plane (kubernetes client): the model server Deployment's pod.
 
 The cluster comes from the kubeconfig (`KUBECONFIG`, current context) or, inside a cluster, the
-service account. A node id names the model server's Deployment: `NAMESPACE/NAME` or `NAME` (in
-`default`).
+service account. The plane drives the model server's Deployment: `k8s_deployment` from the config,
+a node id `NAMESPACE/NAME`, or else the one the Pulumi program declares, `{run_id}-server`, in the
+stack's `k8s.namespace` (default `spot-eval`); the stack's node id (its episode Job) names the node
+in the record.
 
 - Stop: delete the Deployment's running pod and wait until it is gone. The Deployment's controller
   creates the replacement at once, so a stopped pod never stays stopped (`can_stay_stopped` False);
@@ -20,7 +22,7 @@ service account. A node id names the model server's Deployment: `NAMESPACE/NAME`
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Final
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -28,6 +30,26 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from spoteval.clouds import ControlPlaneError, NodeState, PlaneConfig, Price, StackOutputs, configured_price
+
+#: The namespace the stack config's `k8s.namespace` defaults to.
+DEFAULT_NAMESPACE: Final = "spot-eval"
+
+
+def model_server_deployment(outputs: StackOutputs, node: str, config: PlaneConfig) -> tuple[str, str]:
+    """(namespace, name) of the model server's Deployment.
+
+    `config.k8s_deployment` when given; else a node id of the form NAMESPACE/NAME; else the
+    Deployment the Pulumi program declares for the run, `{run_id}-server`, in `config.k8s_namespace`.
+    """
+    namespace = config.k8s_namespace or DEFAULT_NAMESPACE
+    if config.k8s_deployment:
+        return namespace, config.k8s_deployment
+    parts = node.removeprefix("deployment/").split("/")
+    if len(parts) == 2 and all(parts):
+        return parts[0], parts[1]
+    if len(parts) != 1 or not parts[0]:
+        raise ControlPlaneError(f"kubernetes node {node!r}: expected NAMESPACE/DEPLOYMENT or a name")
+    return namespace, f"{outputs.run_id}-server"
 
 
 def _ready(pod: Any) -> bool:
@@ -52,13 +74,7 @@ class KubernetesPlane:
         self.config = config
         self.core = core
         self.apps = apps
-        parts = node.removeprefix("deployment/").split("/")
-        if len(parts) == 1:
-            self.namespace, self.name = "default", parts[0]
-        elif len(parts) == 2 and all(parts):
-            self.namespace, self.name = parts
-        else:
-            raise ControlPlaneError(f"kubernetes node {node!r}: expected NAMESPACE/DEPLOYMENT or DEPLOYMENT")
+        self.namespace, self.name = model_server_deployment(outputs, node, config)
         self._selector: dict[str, str] | None = None
         self._stopped_uid: str | None = None
 
