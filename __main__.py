@@ -16,6 +16,8 @@ PROVIDER_MODULES: Final = {
     "gcp": "components.gcp",
     "azure": "components.azure",
     "k8s": "components.kubernetes",
+    "nebius": "components.nebius",
+    "runpod": "components.runpod",
 }
 
 try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 #: provider key (as used in stack config, outputs and the agent config) -> Pulumi module name
-PROVIDERS: Final = ("aws", "gcp", "azure", "k8s")
+PROVIDERS: Final = ("aws", "gcp", "azure", "k8s", "nebius", "runpod")
 
 MARKETS: Final = ("spot", "on_demand")
 
@@ -41,6 +41,8 @@ VM_FACTS: Final[Mapping[str, VmFacts]] = {
     "gcp": VmFacts(notice_s=30, metadata_url="http://metadata.google.internal", price_api=False),
     # Scheduled Events `Preempt` at least 30 s ahead; retail prices API needs no authentication.
     "azure": VmFacts(notice_s=30, metadata_url="http://169.254.169.254", price_api=True),
+    # SIGTERM 60 s before a preemptible VM stops; no notice endpoint; the spot price needs the SDK.
+    "nebius": VmFacts(notice_s=60, metadata_url="http://metadata.nebius.internal", price_api=False),
 }
 
 

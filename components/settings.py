@@ -8,7 +8,7 @@ price outside the grant fails before any resource exists. `load()` reads the sam
 
 Keys (see Pulumi.yaml and stacks/*.yaml):
 
-    provider   aws | gcp | azure | k8s
+    provider   aws | gcp | azure | k8s | nebius | runpod
     region     provider region (Azure: location)
     zone       zone for the node and its disks (optional on k8s)
     run_id     lowercase letters, digits and dashes; names the run record and the resources
@@ -19,7 +19,7 @@ Keys (see Pulumi.yaml and stacks/*.yaml):
     grant      see spoteval/grant.py
     stop       {max_runtime_hours, idle_minutes, on_done, notify_emails}
     workload   the placement's workload block (spoteval/placement.py)
-    aws | gcp | azure | k8s   the provider's own block
+    aws | gcp | azure | k8s | nebius | runpod   the provider's own block
 
 `node.market` alone flips the same stack between spot and on-demand capacity.
 """
@@ -58,7 +58,7 @@ TOP_KEYS: Final = (
 )
 #: keys that hold a mapping (JSON objects in the engine's config)
 OBJECT_KEYS: Final = frozenset(
-    {"node", "server", "eval", "grant", "stop", "workload", "aws", "gcp", "azure", "k8s"}
+    {"node", "server", "eval", "grant", "stop", "workload", "aws", "gcp", "azure", "k8s", "nebius", "runpod"}
 )
 REQUIRED_KEYS: Final = ("provider", "region", "run_id", "node", "server", "eval", "grant")
 
@@ -97,14 +97,20 @@ K8S_KEYS: Final = frozenset(
         "node_selector",
     }
 )
+NEBIUS_KEYS: Final = frozenset({"project_id", "tenant_id", "subnet_id"})
+RUNPOD_KEYS: Final = frozenset({"bucket_url", "s3_endpoint", "s3_region", "cloud_type", "secrets"})
 PROVIDER_BLOCK_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "aws": AWS_KEYS,
     "gcp": GCP_KEYS,
     "azure": AZURE_KEYS,
     "k8s": K8S_KEYS,
+    "nebius": NEBIUS_KEYS,
+    "runpod": RUNPOD_KEYS,
 }
 
-ON_DONE: Final = ("exit", "poweroff")
+#: api_stop: the agent stops the node through the provider's API (Nebius, Runpod)
+ON_DONE: Final = ("exit", "poweroff", "api_stop")
+API_STOP_PROVIDERS: Final = ("nebius", "runpod")
 ADDRESS_KINDS: Final = ("ephemeral", "static")
 
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
@@ -224,6 +230,23 @@ class K8sSettings:
 
 
 @dataclass(frozen=True)
+class NebiusSettings:
+    project_id: str
+    tenant_id: str  # the node's service account joins a group there that the bucket policy names
+    subnet_id: str
+
+
+@dataclass(frozen=True)
+class RunpodSettings:
+    bucket_url: str  # s3:// bucket on a provider that has object storage (Runpod has none)
+    s3_endpoint: str
+    s3_region: str
+    cloud_type: str  # SECURE | COMMUNITY
+    #: names of Runpod secrets holding the bucket's S3 access key id and secret (never the values)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Settings:
     stack: str
     provider: str
@@ -240,6 +263,8 @@ class Settings:
     gcp: GcpSettings | None = None
     azure: AzureSettings | None = None
     k8s: K8sSettings | None = None
+    nebius: NebiusSettings | None = None
+    runpod: RunpodSettings | None = None
 
     @property
     def is_vm(self) -> bool:
@@ -504,7 +529,24 @@ def _stop(raw: Mapping[str, Any], provider: str, grant: Grant) -> StopSettings:
         raise SettingsError(
             "stop.idle_minutes", f"{idle} is above the grant's idle_minutes {grant.idle_minutes}"
         )
-    on_done = _choice(raw, "on_done", where, ON_DONE, "exit" if provider in ("azure", "k8s") else "poweroff")
+    default_done = (
+        "api_stop"
+        if provider in API_STOP_PROVIDERS
+        else "exit"
+        if provider in ("azure", "k8s")
+        else "poweroff"
+    )
+    on_done = _choice(raw, "on_done", where, ON_DONE, default_done)
+    if (on_done == "api_stop") != (provider in API_STOP_PROVIDERS) and on_done != "exit":
+        raise SettingsError(
+            "stop.on_done",
+            f"{on_done} does not stop a {provider} node; use "
+            + (
+                "api_stop (through the provider's API) or exit"
+                if provider in API_STOP_PROVIDERS
+                else "poweroff or exit"
+            ),
+        )
     if provider == "azure" and on_done == "poweroff":
         raise SettingsError(
             "stop.on_done",
@@ -597,6 +639,45 @@ def _k8s(raw: Mapping[str, Any]) -> K8sSettings:
     )
 
 
+def _nebius(raw: Mapping[str, Any]) -> NebiusSettings:
+    _known(raw, NEBIUS_KEYS, "nebius")
+    ids = {key: _str(raw, key, "nebius") for key in ("project_id", "tenant_id", "subnet_id")}
+    for key, prefix in (("project_id", "project-"), ("tenant_id", "tenant-"), ("subnet_id", "vpcsubnet-")):
+        if not ids[key].startswith(prefix):
+            raise SettingsError(f"nebius.{key}", f"must be a Nebius {prefix}... id, got {ids[key]!r}")
+    return NebiusSettings(**ids)
+
+
+def _runpod(raw: Mapping[str, Any]) -> RunpodSettings:
+    _known(raw, RUNPOD_KEYS, "runpod")
+    bucket_url = _str(raw, "bucket_url", "runpod")
+    if not bucket_url.startswith("s3://") or not _BUCKET_URL.match(bucket_url):
+        raise SettingsError(
+            "runpod.bucket_url",
+            f"must be s3://BUCKET[/PREFIX] (Runpod has no object storage), got {bucket_url!r}",
+        )
+    endpoint = _str(raw, "s3_endpoint", "runpod")
+    if not re.match(r"^https://[^\s/]+", endpoint):
+        raise SettingsError("runpod.s3_endpoint", f"must be an https:// URL, got {endpoint!r}")
+    secrets = _string_map(raw, "secrets", "runpod") or {
+        "access_key_id": "spot_eval_s3_access_key_id",
+        "secret_access_key": "spot_eval_s3_secret_access_key",
+    }
+    if set(secrets) != {"access_key_id", "secret_access_key"} or not all(
+        re.fullmatch(r"[A-Za-z0-9_]+", v) for v in secrets.values()
+    ):
+        raise SettingsError(
+            "runpod.secrets", "must name the Runpod secrets access_key_id and secret_access_key"
+        )
+    return RunpodSettings(
+        bucket_url=bucket_url.rstrip("/"),
+        s3_endpoint=endpoint.rstrip("/"),
+        s3_region=_str(raw, "s3_region", "runpod", "us-east-1"),
+        cloud_type=_choice(raw, "cloud_type", "runpod", ("SECURE", "COMMUNITY"), "SECURE"),
+        secrets=secrets,
+    )
+
+
 def _workload(raw: Mapping[str, Any], node: NodeSettings, ev: EvalSettings, grant: Grant) -> Workload:
     """Validate the placement's block with the placement's own parser, then what ties it to this stack."""
     from spoteval.placement import PlacementError, parse_workload
@@ -666,6 +747,8 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
         )
 
     node = _node(raw["node"], provider, grant)
+    if node.pool and provider in API_STOP_PROVIDERS:
+        raise SettingsError("node.count", f"{provider} stacks declare one node (0 or 1), got {node.count}")
     server = _server(raw["server"], provider)
     ev = _eval(raw["eval"])
     stop = _stop(raw.get("stop") or {}, provider, grant)
@@ -677,7 +760,15 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
             if block:
                 raise SettingsError(name, f"is set, but this stack's provider is {provider}")
             continue
-        blocks[name] = {"aws": _aws, "gcp": _gcp, "azure": _azure, "k8s": _k8s}[name](block)
+        parsers = {
+            "aws": _aws,
+            "gcp": _gcp,
+            "azure": _azure,
+            "k8s": _k8s,
+            "nebius": _nebius,
+            "runpod": _runpod,
+        }
+        blocks[name] = parsers[name](block)
 
     workload_raw = raw.get("workload") or None
     workload = _workload(workload_raw, node, ev, grant) if workload_raw is not None else None

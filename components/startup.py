@@ -168,6 +168,8 @@ def identity(base):
         h = {"X-aws-ec2-metadata-token": token}
         return (http(base + "/latest/meta-data/instance-id", h),
                 http(base + "/latest/meta-data/placement/availability-zone", h))
+    if PROVIDER == "nebius":  # regions only, no zones
+        return json.loads(http(base + "/v1/instance-data", {"Metadata": "true"}))["id"], ""
     if PROVIDER == "gcp":
         base += "/computeMetadata/v1/instance/"
         h = {"Metadata-Flavor": "Google"}

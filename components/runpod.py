@@ -1,0 +1,222 @@
+"""Runpod: an interruptible GPU pod and a network volume for the weights, declared through the dynamic
+providers of components/runpod_provider.py; results go to an S3-compatible bucket on a provider that
+has one (Runpod has no object storage), named by `runpod.bucket_url` / `s3_endpoint`.
+
+- Network volume (weights cache, `node.cache_disk_gb`) in the stack's data center (`region`, e.g.
+  `EU-RO-1`), mounted at /workspace: `protect=True`, `retain_on_delete=True`. It also holds the
+  agent's spool, so what a notice could not upload survives the pod's container disk, which Runpod
+  erases when a stopped pod resumes.
+- Pod: `podRentInterruptable` at the minimum bid, never above the grant's price cap per GPU
+  (`node.max_price` / `node.gpu_count`; settings check it against the grant), `cloud_type`, the image,
+  and a start command that installs obstore, fetches the agent bundle from the bucket, writes the
+  agent's config with the pod's id (`RUNPOD_POD_ID`) and execs the agent (the container's main
+  process, so Runpod's SIGTERM reaches it; 5 s later comes SIGKILL).
+- No credentials in the pod's definition: the bucket's key comes from Runpod secrets referenced in the
+  environment (`{{ RUNPOD_SECRET_name }}`, names in `runpod.secrets`).
+- Stop rules: max runtime, idle and budget go to the agent; `on_done: api_stop` stops the pod
+  through Runpod's API (an exiting container would be restarted).
+
+Outputs: the common ones; `node_ids` is the pod id, `bucket_url` the configured bucket.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pulumi
+
+from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.common import BuildContext, StackOutputs, held
+from components.runpod_provider import InterruptiblePod, NetworkVolume
+from components.s3_objects import s3_compatible_provider, upload
+from components.settings import Settings
+from components.startup import NODE_ID_PLACEHOLDER, OBSTORE_REQUIREMENT, object_url, server_command
+
+WORKSPACE: Final = "/workspace"
+CACHE_DIR: Final = f"{WORKSPACE}/spot-eval-cache"
+STATE_DIR: Final = f"{WORKSPACE}/spot-eval"
+CONFIG_FILE: Final = "/tmp/spot-eval-agent.json"
+BUNDLE_FILE: Final = "/tmp/spot-eval-agent-bundle.zip"
+
+
+def agent_config(settings: Settings) -> dict[str, Any]:
+    """The node agent's config for this pod (spoteval/agent/config.py); the pod fills in its id."""
+    assert settings.runpod is not None
+    rp = settings.runpod
+    stop_rules: dict[str, Any] = {"on_done": settings.stop.on_done}
+    if settings.stop.max_runtime_s is not None:
+        stop_rules["max_runtime_s"] = settings.stop.max_runtime_s
+    if settings.stop.idle_s is not None:
+        stop_rules["idle_s"] = settings.stop.idle_s
+    if settings.grant.budget is not None:
+        stop_rules["budget"] = settings.grant.budget
+    config: dict[str, Any] = {
+        "run_id": settings.run_id,
+        "store": rp.bucket_url,
+        "store_options": {"endpoint": rp.s3_endpoint, "region": rp.s3_region},
+        "node": {
+            "id": NODE_ID_PLACEHOLDER,
+            "provider": "runpod",
+            "region": settings.region,
+            "instance_type": settings.node.instance_type,
+            "market": settings.node.market,
+        },
+        "server": {
+            "url": f"http://127.0.0.1:{settings.server.port}",
+            "command": server_command(settings, cache_dir=CACHE_DIR),
+            "health_path": settings.server.health_path,
+            "ready_timeout_s": settings.server.ready_timeout_s,
+        },
+        "episodes": {
+            "command": list(settings.eval.command),
+            "concurrency": settings.eval.concurrency,
+            "max_attempts": settings.eval.max_attempts,
+            "timeout_s": settings.eval.timeout_s,
+        },
+        "stop_rules": stop_rules,
+        "heartbeat_s": settings.eval.heartbeat_s,
+        # on the network volume: what a 5 s notice leaves spooled survives the container disk
+        "spool_dir": f"{STATE_DIR}/spool",
+        "work_dir": "/tmp/spot-eval-work",
+        "boot_file": f"{STATE_DIR}/boot.json",
+    }
+    if settings.configured_price is not None:
+        config["price"] = {"per_hour": settings.configured_price, "currency": settings.grant.currency}
+    return config
+
+
+def start_script(settings: Settings) -> str:
+    """What the pod runs (bash): obstore, the bundle, the config with the pod's id, then exec the agent."""
+    assert settings.runpod is not None
+    store = settings.runpod.bucket_url
+    config = json.dumps(agent_config(settings), sort_keys=True)
+    fetch = (
+        "import obstore, sys; from obstore.store import from_url\n"
+        "url, out = sys.argv[1], sys.argv[2]\n"
+        "scheme, rest = url.split('://', 1); bucket, key = rest.split('/', 1)\n"
+        "open(out, 'wb').write(bytes(obstore.get(from_url(f'{scheme}://{bucket}'), key).bytes()))\n"
+    )
+    lines = [
+        "set -euo pipefail",
+        f"mkdir -p {STATE_DIR}/spool {CACHE_DIR}/huggingface",
+        "python3 -c 'import obstore' 2>/dev/null"
+        f" || python3 -m pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
+        f"python3 -c {shlex.quote(fetch)} {shlex.quote(object_url(store, OBJECT_KEY))} {BUNDLE_FILE}",
+        f'echo {shlex.quote(config)} | sed "s/{NODE_ID_PLACEHOLDER}/$RUNPOD_POD_ID/" > {CONFIG_FILE}',
+        f"export PYTHONPATH={BUNDLE_FILE}",
+    ]
+    if settings.eval.manifest:
+        manifest = "/tmp/spot-eval-manifest.jsonl"
+        lines += [
+            f"python3 -c {shlex.quote(fetch)} {shlex.quote(object_url(store, MANIFEST_KEY))} {manifest}",
+            f"python3 -m spoteval.agent manifest --config {CONFIG_FILE} {manifest}",
+        ]
+    lines.append(f"exec python3 -m spoteval.agent --config {CONFIG_FILE}")
+    return "\n".join(lines) + "\n"
+
+
+def docker_args(settings: Settings) -> str:
+    """The pod's start command: the script travels base64-encoded, so no quoting reaches Runpod."""
+    encoded = base64.b64encode(start_script(settings).encode()).decode()
+    return (
+        f"bash -c 'echo {encoded} | base64 -d > /tmp/spot-eval-start.sh && exec bash /tmp/spot-eval-start.sh'"
+    )
+
+
+def secret_ref(name: str) -> str:
+    """A reference to a Runpod secret, resolved by Runpod when the pod starts (the value is never here)."""
+    return "{{ RUNPOD_SECRET_" + name + " }}"
+
+
+def pod_env(settings: Settings) -> dict[str, str]:
+    assert settings.runpod is not None
+    rp = settings.runpod
+    return {
+        "AWS_ACCESS_KEY_ID": secret_ref(rp.secrets["access_key_id"]),
+        "AWS_SECRET_ACCESS_KEY": secret_ref(rp.secrets["secret_access_key"]),
+        "AWS_ENDPOINT_URL": rp.s3_endpoint,
+        "AWS_REGION": rp.s3_region,
+        "HF_HOME": f"{CACHE_DIR}/huggingface",
+        "PIP_CACHE_DIR": f"{CACHE_DIR}/pip",
+        "SPOT_EVAL_CACHE_DIR": CACHE_DIR,
+    }
+
+
+def max_bid_per_gpu(settings: Settings) -> float | None:
+    return (
+        None
+        if settings.node.max_price is None
+        else round(settings.node.max_price / settings.node.gpu_count, 4)
+    )
+
+
+@dataclass(frozen=True)
+class RunpodNodeArgs:
+    settings: Settings
+    context: BuildContext
+    storage: pulumi.ProviderResource
+
+
+class RunpodNode(pulumi.ComponentResource):
+    """Weights volume and interruptible pod of one Runpod stack (results in the configured bucket)."""
+
+    def __init__(self, name: str, args: RunpodNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:runpod:Node", name, None, opts)
+        s = args.settings
+        assert s.runpod is not None
+        bucket = s.runpod.bucket_url.removeprefix("s3://").split("/", 1)
+        prefix = bucket[1] if len(bucket) > 1 else ""
+        uploaded = upload(
+            name,
+            bucket[0],
+            prefix,
+            args.context.bundle_path,
+            args.context.manifest_path,
+            opts=pulumi.ResourceOptions(parent=self, provider=args.storage),
+        )
+        self.volume = NetworkVolume(
+            f"{name}-weights",
+            volume_name=f"spot-eval-{s.run_id}-weights",
+            size_gb=s.node.cache_disk_gb,
+            data_center=s.region,
+            opts=held(self),
+        )
+        node_ids: pulumi.Input[list[str]] = []
+        if s.node.count > 0:
+            if not s.node.spot:
+                raise pulumi.RunError(
+                    "runpod: node.market on_demand is not declared here (interruptible pods only)"
+                )
+            self.pod = InterruptiblePod(
+                f"{name}-pod",
+                pod_name=f"spot-eval-{s.run_id}",
+                image=s.node.image,
+                gpu_type=s.node.instance_type,
+                gpu_count=s.node.gpu_count,
+                max_bid_per_gpu=max_bid_per_gpu(s),
+                cloud_type=s.runpod.cloud_type,
+                container_disk_gb=s.node.root_disk_gb,
+                docker_args=docker_args(s),
+                ports=[f"{s.server.port}/http"],
+                env=pod_env(s),
+                network_volume_id=self.volume.id,
+                data_center=s.region,
+                volume_mount_path=WORKSPACE,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.volume, *uploaded]),
+            )
+            node_ids = self.pod.id.apply(lambda i: [i])
+        self.outputs = StackOutputs(bucket_url=s.runpod.bucket_url, node_ids=node_ids, zone="")
+        self.register_outputs({"bucket_url": self.outputs.bucket_url, "node_ids": node_ids})
+
+
+def build(settings: Settings, context: BuildContext) -> StackOutputs:
+    assert settings.runpod is not None
+    storage = s3_compatible_provider(
+        "results-storage", settings.runpod.s3_endpoint, settings.runpod.s3_region
+    )
+    node = RunpodNode(f"spot-eval-{settings.run_id}", RunpodNodeArgs(settings, context, storage))
+    return node.outputs
