@@ -62,13 +62,13 @@ PHASES: Final = ("stop", "preempt", "price_check", "start", "serve", "first_toke
 WAIT_PHASES: Final = ("start",)
 BOOT_PHASES: Final = ("serve", "first_token", "agent_ready")
 PHASE_LABELS: Final = {
-    "stop": "stop requested -> stopped",
-    "preempt": "preemption -> stopped",
-    "price_check": "price read, grant checked",
+    "stop": "stop requested -> stopped (not in S)",
+    "preempt": "preemption -> stopped (not in S)",
+    "price_check": "price read, grant checked (not in S)",
     "start": "start requested -> running (S_wait)",
-    "serve": "running -> /v1/models answers",
-    "first_token": "one-token completion",
-    "agent_ready": "agent's ready event in the record",
+    "serve": "running -> /v1/models answers (S_boot)",
+    "first_token": "one-token completion (S_boot)",
+    "agent_ready": "agent's ready event in the record (S_boot)",
 }
 GCP_KEY_ENV: Final = "SPOTEVAL_GCP_BILLING_API_KEY"
 
@@ -656,7 +656,7 @@ class Measurement:
 
     def report(self) -> dict[str, Any]:
         known = [p for p in self.prices if p.per_hour is not None]
-        billed_s = sum(r.total for r in self.results)
+        billed_s = sum(r.s_boot for r in self.results)  # the capacity wait (S_wait) is not billed
         mean_price = statistics.fmean(p.per_hour for p in known if p.per_hour is not None) if known else None
         s_wait = [r.s_wait for r in self.results]
         s_boot = [r.s_boot for r in self.results]
@@ -690,7 +690,7 @@ class Measurement:
                 "min": min((p.per_hour for p in known if p.per_hour is not None), default=None),
                 "max": max((p.per_hour for p in known if p.per_hour is not None), default=None),
                 "last": known[-1].per_hour if known else None,
-                "billed_estimate": round(billed_s / 3600 * mean_price, 6) if mean_price is not None else None,
+                "billed_estimate": billed_s / 3600 * mean_price if mean_price is not None else None,
             },
             "address_changed": [
                 {"cycle": r.cycle, "from": r.address_before, "to": r.address_after}
@@ -710,7 +710,9 @@ class Measurement:
 
 
 def _fmt(value: float | None, unit: str = " s") -> str:
-    return "-" if value is None else f"{value:.1f}{unit}"
+    if value is None:
+        return "-"
+    return f"{value:.2f}{unit}" if value < 10 else f"{value:.1f}{unit}"
 
 
 def _price_text(price: Mapping[str, Any] | None) -> str:
@@ -734,11 +736,11 @@ def print_plan(plan: Mapping[str, Any], console: Console) -> None:
             "the most it can cost",
             "unknown (no price)"
             if most is None
-            else f"{most:.4f} {plan['currency']} "
+            else f"{most:.4g} {plan['currency']} "
             f"({plan['max_billed_hours']:.2f} node-hours at the price now)",
         ),
         ("grant", json.dumps({k: v for k, v in plan["grant"].items() if v not in (None, [])})),
-        ("budget left", "no budget" if plan["budget_left"] is None else f"{plan['budget_left']:.4f}"),
+        ("budget left", "no budget" if plan["budget_left"] is None else f"{plan['budget_left']:.4g}"),
         ("record", plan["record"]),
     ]
     for what, value in rows:
@@ -783,9 +785,13 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
     readings = price["readings"]
     console.print(
         f"price: {_price_text(readings[-1]) if readings else 'not read'}"
-        + (f", range {price['min']:g}-{price['max']:g}" if price["min"] is not None else "")
         + (
-            f", billed during the measured restarts ~{price['billed_estimate']:.4f} {price['currency']}"
+            f", from {price['min']:g} to {price['max']:g}"
+            if price["min"] is not None and price["min"] != price["max"]
+            else ""
+        )
+        + (
+            f", billed during the measured restarts ~{price['billed_estimate']:.4g} {price['currency']}"
             if price["billed_estimate"] is not None
             else ""
         )
@@ -808,7 +814,7 @@ def plot(report: Mapping[str, Any], path: Path) -> None:
 
     cycles = report["cycles"]
     used = [p for p in PHASES if any(p in c["phases"] for c in cycles)]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(cycles) + 3), 4.5))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.8 * len(cycles) + 6), 4.5))
     labels = [str(c["cycle"]) for c in cycles]
     bottom = [0.0] * len(cycles)
     for phase in used:

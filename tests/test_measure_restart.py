@@ -263,6 +263,8 @@ def test_stop_start_cycles_measure_each_phase_and_record_every_start_and_stop(
         summary["s_boot_s"]["median"] / 60, abs=1e-3
     )
     assert report["price"]["source"] == "api"
+    boot_hours = sum(c["s_boot_s"] for c in report["cycles"]) / 3600
+    assert report["price"]["billed_estimate"] == pytest.approx(boot_hours * 0.00001, rel=1e-2)
     assert len(model_server.boots) == 2
 
     # moto gives the instance a new public IPv4 on every start, as AWS does.
