@@ -45,7 +45,7 @@ def rejects(stack: str, key: str, **changes: Any) -> str:
 
 def test_there_is_one_stack_per_provider() -> None:
     providers = {raw_of(p.name[len("Pulumi.") : -len(".yaml")])["provider"] for p in STACK_FILES}
-    assert providers == {"aws", "gcp", "azure", "k8s"}
+    assert providers == {"aws", "gcp", "azure", "k8s", "nebius", "runpod"}
 
 
 @pytest.mark.parametrize("path", STACK_FILES, ids=lambda p: p.stem)
@@ -119,7 +119,7 @@ def test_malformed_values_are_named() -> None:
     rejects("aws-us-east-1", "server.port", server__port=70000)
     rejects("aws-us-east-1", "server.health_path", server__health_path="health")
     rejects("aws-us-east-1", "run_id", run_id="Qwen_7B")
-    rejects("aws-us-east-1", "provider", provider="nebius")
+    rejects("aws-us-east-1", "provider", provider="openstack")
     rejects("aws-us-east-1", "node.ingress_cidrs", node__ingress_cidrs=["10.0.0.1/8"])
     rejects("aws-us-east-1", "stop.notify_emails", stop__notify_emails=["oncall"])
     rejects("aws-us-east-1", "grant.price_cap", grant__price_cap=0)
