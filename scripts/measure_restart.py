@@ -967,7 +967,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         "price_now": price.to_json(),
         "currency": price.currency,
         "max_billed_hours": round(hours, 4),
-        "most_it_can_cost": round(hours * price.per_hour, 6) if price.per_hour is not None else None,
+        "most_it_can_cost": hours * price.per_hour if price.per_hour is not None else None,
         "grant": grant.to_json(),
         "budget_left": budget_left,
         "record": store.join(layout.events_prefix),
