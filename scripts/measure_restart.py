@@ -605,6 +605,9 @@ class Measurement:
             self.outcome, self.error, code = "interrupted", f"interrupted during {self.phase}", 130
         except (ControlPlaneError, HealthError, StoreError, RecordError, GrantError) as exc:
             self.outcome, self.error, code = "failed", f"during {self.phase}: {exc}", 1
+        except Exception as exc:  # an SDK error no module wrapped: still leave the node as asked
+            self.outcome, code = "failed", 1
+            self.error = f"during {self.phase}: unexpected {type(exc).__name__}: {exc}"
         try:
             self.leave_node()
         except KeyboardInterrupt:

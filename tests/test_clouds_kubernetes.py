@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
+from scripts.measure_restart import main as measure_main
+from spoteval import standin
 from spoteval.clouds import ControlPlaneError, PlaneConfig, StackOutputs
 from spoteval.clouds.kubernetes import KubernetesPlane, model_server_deployment
+from spoteval.record import Event
+from spoteval.store import Store
 from tests.fake_api import FakeApi, Reply, Request
 
 NS = "evals"
@@ -125,21 +132,23 @@ def cluster() -> Iterator[tuple[Cluster, FakeApi]]:
         api.close()
 
 
+def _raw_outputs(address_kind: str = "service") -> dict[str, Any]:
+    return {
+        "provider": "kubernetes",
+        "region": "gke-us-central1",
+        "zone": None,
+        "node_ids": [f"{NS}/model"],
+        "instance_type": "g2-standard-8",
+        "market": "spot",
+        "bucket_url": "gs://results/evals",
+        "run_id": "r1",
+        "server_port": 8000,
+        "address_kind": address_kind,
+    }
+
+
 def outputs(address_kind: str = "service") -> StackOutputs:
-    return StackOutputs.parse(
-        {
-            "provider": "kubernetes",
-            "region": "gke-us-central1",
-            "zone": None,
-            "node_ids": [f"{NS}/model"],
-            "instance_type": "g2-standard-8",
-            "market": "spot",
-            "bucket_url": "gs://results/evals",
-            "run_id": "r1",
-            "server_port": 8000,
-            "address_kind": address_kind,
-        }
-    )
+    return StackOutputs.parse(_raw_outputs(address_kind))
 
 
 def plane(api: FakeApi, address_kind: str = "service", price: float | None = 0.85) -> KubernetesPlane:
@@ -256,5 +265,59 @@ def test_k8s_is_the_stacks_name_for_the_kubernetes_provider() -> None:
 def test_connect_without_a_cluster_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(ControlPlaneError, match="no kubeconfig and not in a cluster"):
+    with pytest.raises(ControlPlaneError, match="no usable kubeconfig .* and not in a cluster"):
         KubernetesPlane.connect(outputs(), f"{NS}/model", PlaneConfig())
+
+
+def test_measure_restart_on_kubernetes_deletes_the_pod_and_times_the_replacement(
+    cluster: tuple[Cluster, FakeApi], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole script on a k8s stack: kubeconfig -> the fake API server, the record in a folder."""
+    state, api = cluster
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+                "users": [{"name": "ops", "user": {"token": "t"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "ops"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    raw = {**_raw_outputs(), "provider": "k8s", "node_ids": ["r1-episodes"]}
+    raw["bucket_url"] = f"file://{tmp_path}/store"
+    (tmp_path / "outputs.json").write_text(json.dumps(raw))
+    server = standin.serve("127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        code = measure_main(
+            [
+                "--outputs", str(tmp_path / "outputs.json"),
+                "--k8s-namespace", NS, "--k8s-deployment", "model",
+                "--health-url", server.base_url, "--price", "0.85",
+                "--poll", "0.02", "--cycles", "2", "--yes", "--json",
+            ]
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0
+    assert len(api.calls("DELETE")) == 2  # one pod deleted per cycle
+    store = Store(f"file://{tmp_path}/store")
+    events = [Event.loads(store.get(k) or b"")[0] for k in store.list("runs/r1/events/")]
+    assert [(e.kind, e.reason) for e in events] == [
+        ("stop", "measurement"),
+        ("start", "measurement"),
+        ("heartbeat", None),
+        ("stop", "measurement"),
+        ("start", "measurement"),
+        ("heartbeat", None),
+    ]  # no final stop: the controller keeps a pod running
+    assert all(e.price_source == "configured" and e.price_per_hour == 0.85 for e in events)
+    for beat in (e for e in events if e.kind == "heartbeat"):
+        # start = the replacement's scheduling wait, after the old pod was gone
+        assert beat.details["measured"]["start"] >= state.schedule - state.grace - 0.1

@@ -21,6 +21,7 @@ in the record.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Final
 
@@ -80,13 +81,17 @@ class KubernetesPlane:
 
     @classmethod
     def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> KubernetesPlane:
+        # KUBECONFIG is read now: the client library reads it once, when it is imported.
+        kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
         try:
-            k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-        except (ConfigException, OSError):
+            k8s_config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError) as first:
             try:
                 k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
             except ConfigException as exc:
-                raise ControlPlaneError(f"kubernetes: no kubeconfig and not in a cluster: {exc}") from None
+                raise ControlPlaneError(
+                    f"kubernetes: no usable kubeconfig ({kubeconfig}: {first}) and not in a cluster ({exc})"
+                ) from None
         api = k8s.ApiClient()
         return cls(outputs, node, config, k8s.CoreV1Api(api), k8s.AppsV1Api(api))
 
