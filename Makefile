@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TOOLS := .tools
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench plan clean
 
 $(VENV)/.base: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(TOOLS)/.azurite: Makefile
 	touch $@
 
 demo: $(VENV)/.base
-	$(PY) -m scripts.placement
+	$(PY) -m scripts.drill
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
@@ -41,6 +41,12 @@ test: lint typecheck pytest
 
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks.placement_cli
+	$(PY) -m benchmarks.agent_bench
+
+# What a stack declares, rendered with Pulumi's mocks (no cloud account): make plan STACK=aws-us-east-1
+STACK ?= aws-us-east-1
+plan: $(VENV)/.base
+	$(PY) -m scripts.plan --stack $(STACK)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache

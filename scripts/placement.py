@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from scripts.report import FromRun
 from spoteval.lifetime import LifetimeEstimate, read_trace
 from spoteval.placement import (
     EXAMPLE_WORKLOAD,
@@ -79,7 +80,7 @@ class InputHook(Protocol):
 
 
 #: Hooks applied in order after the workload is loaded (file, stack or example) and before parsing.
-INPUT_HOOKS: list[InputHook] = []
+INPUT_HOOKS: list[InputHook] = [FromRun()]
 
 
 def load_yaml(path: Path, what: str) -> object:

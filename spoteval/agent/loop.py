@@ -290,6 +290,8 @@ class Agent:
             **reason_details,
             **self.price.details,
             "heartbeat_s": self.config.heartbeat_s,
+            "concurrency": self.config.episodes.concurrency,
+            "max_attempts": self.config.episodes.max_attempts,
             "billed_from": format_time(self.billed_from),
             "resolved": resolved,
             "recovered": recovered,
@@ -558,7 +560,14 @@ class Agent:
         )
         self._wait_durable(journal, JOURNAL_WAIT_S)
         base_env = dict(os.environ)
-        for run in batch:
+        for index, run in enumerate(batch):
+            if self.noticed.is_set():
+                # A notice arrived while the journal was written: start nothing more; the
+                # episodes go back to the queue for the next incarnation.
+                for held in reversed(batch[index:]):
+                    self.in_flight.pop((held.episode_id, held.dispatch), None)
+                    self.pending.appendleft(held.episode_id)
+                break
             entry = self.manifest[run.episode_id]
             env = {
                 **base_env,
