@@ -265,7 +265,7 @@ def test_k8s_is_the_stacks_name_for_the_kubernetes_provider() -> None:
 def test_connect_without_a_cluster_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(ControlPlaneError, match="no usable kubeconfig .* and not in a cluster"):
+    with pytest.raises(ControlPlaneError, match=r"no usable kubeconfig .* and not in a cluster"):
         KubernetesPlane.connect(outputs(), f"{NS}/model", PlaneConfig())
 
 
