@@ -65,11 +65,25 @@ class Server:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: end with the test process, even if it is killed (Linux only)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _launch(name: str, argv: Sequence[str], port: int, probe: str, timeout: float = 60.0) -> Server:
     workdir = tempfile.mkdtemp(prefix=f"spoteval-{name}-")
     log = open(Path(workdir, "server.log"), "wb")  # noqa: SIM115 - kept open for the child's lifetime
     process = subprocess.Popen(
-        list(argv), cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        list(argv),
+        cwd=workdir,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks or threads involved
     )
     server = Server(name, port, process, workdir)
     deadline = time.monotonic() + timeout
