@@ -13,24 +13,15 @@ import pulumi
 
 from components.bundle import build_bundle, write_bundle
 from components.settings import Settings, SettingsError
+from spoteval.clouds import OUTPUT_KEYS
 
 PROJECT_DIR: Final = Path(__file__).resolve().parent.parent
 #: renders (tests, scripts/plan.py) fix the clock so that what they print is repeatable
 CLOCK: ContextVar[datetime | None] = ContextVar("spot_eval_clock", default=None)
 
-#: stack outputs, the same names on every provider (`pulumi stack output --json` is read by the scripts)
-OUTPUT_NAMES: Final = (
-    "provider",
-    "region",
-    "zone",
-    "node_ids",
-    "instance_type",
-    "market",
-    "bucket_url",
-    "run_id",
-    "server_port",
-    "address_kind",
-)
+#: stack outputs, the same names on every provider (`pulumi stack output --json` is read by the
+#: scripts through spoteval.clouds, which owns the list)
+OUTPUT_NAMES: Final = OUTPUT_KEYS
 
 
 @dataclass(frozen=True)
