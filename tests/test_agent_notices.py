@@ -205,10 +205,10 @@ def test_configured_price_wins_and_api_failure_means_unknown(tmp_path: Path) -> 
     )
 
 
-def test_aws_price_without_config_is_unknown_and_says_why(tmp_path: Path) -> None:
-    raw = agent_config(f"file://{tmp_path}/s", {}, "r1", tmp_path, provider="aws")
+def test_price_without_config_or_node_price_api_is_unknown_and_says_why(tmp_path: Path) -> None:
+    raw = agent_config(f"file://{tmp_path}/s", {}, "r1", tmp_path, provider="gcp")
     price = resolve_price(parse(raw))
-    assert price.source == "unknown" and "no price API for aws" in price.details["price_error"]
+    assert price.source == "unknown" and "no price API for gcp" in price.details["price_error"]
 
 
 def test_notice_seconds_left_counts_down() -> None:
