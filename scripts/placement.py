@@ -527,25 +527,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    loaded = load_workload(args)
-    workload = parse_workload(loaded.raw, where=loaded.where)
+@dataclass(frozen=True)
+class Decided:
+    """A decision with what it was made from: the closed form, the simulation and their warnings."""
+
+    placement: Placement
+    simulation: Simulation
+    inputs: SimulationInputs
+    warnings: list[str]
+
+    def document(self) -> dict[str, Any]:
+        """What `--json` prints."""
+        return document(self.placement, self.simulation, self.inputs, self.warnings)
+
+
+def decide(args: argparse.Namespace, workload: Workload) -> Decided:
+    """Simulate the workload (spot's deadline chance, the cross-check) and decide."""
     inputs = simulation_inputs(args, workload)
     simulation = simulate(
         workload, runs=args.runs, seed=args.seed, lifetimes=inputs.lifetimes, waits=inputs.waits
     )
     spot = simulation.strategies.get("spot")
     placement = place(workload, spot.p_deadline if spot else None, simulation.runs if spot else None)
-    warnings = [*inputs.warnings, *cross_check(placement, simulation)]
+    return Decided(placement, simulation, inputs, [*inputs.warnings, *cross_check(placement, simulation)])
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load_workload(args)
+    d = decide(args, parse_workload(loaded.raw, where=loaded.where))
     if args.plot:
-        plot(Path(args.plot), placement, inputs)
+        plot(Path(args.plot), d.placement, d.inputs)
     if args.json:
-        print(json.dumps(document(placement, simulation, inputs, warnings), indent=2, allow_nan=False))
+        print(json.dumps(d.document(), indent=2, allow_nan=False))
     else:
-        render_report(placement, simulation, inputs, warnings, loaded.source)
+        render_report(d.placement, d.simulation, d.inputs, d.warnings, loaded.source)
         if args.plot:
             print(f"plot written to {args.plot}")
-    return EXIT_NONE if placement.decision == "none" else EXIT_OK
+    return EXIT_NONE if d.placement.decision == "none" else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

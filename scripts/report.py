@@ -111,18 +111,9 @@ def decide(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The placement decision for a workload mapping, as `python -m scripts.placement --json` prints it:
     the same closed form, the same Monte-Carlo (default runs and seed) for spot's deadline chance."""
     from scripts import placement as placement_cli  # lazy: scripts.placement imports this module's hook
-    from spoteval.simulate import simulate
 
     args = placement_cli.build_parser().parse_args([])
-    workload = placement.parse_workload(raw)
-    inputs = placement_cli.simulation_inputs(args, workload)
-    simulation = simulate(
-        workload, runs=args.runs, seed=args.seed, lifetimes=inputs.lifetimes, waits=inputs.waits
-    )
-    spot = simulation.strategies.get("spot")
-    decided = placement.place(workload, spot.p_deadline if spot else None, simulation.runs if spot else None)
-    warnings = [*inputs.warnings, *placement_cli.cross_check(decided, simulation)]
-    return placement_cli.document(decided, simulation, inputs, warnings)
+    return placement_cli.decide(args, placement.parse_workload(raw)).document()
 
 
 class FromRun:
