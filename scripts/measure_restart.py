@@ -529,6 +529,9 @@ class Measurement:
         address = self.plane.address()
         result.address_after = self.last_address = address
         base = self.health_url
+        published = getattr(self.plane, "server_url", None)  # a port mapped elsewhere (Runpod)
+        if base is None and callable(published):
+            base = published()
         if base is None:
             if not address:
                 raise HealthError(
