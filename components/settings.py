@@ -421,6 +421,11 @@ def _zone(provider: str, region: str, raw: object) -> str | None:
     return raw
 
 
+#: providers whose spot capacity takes a price bid that the stack declares (AWS max price, Azure
+#: billing profile, Runpod bid per GPU); bids are in USD.
+BIDDING_PROVIDERS: Final = frozenset({"aws", "azure", "runpod"})
+
+
 def _node(raw: Mapping[str, Any], provider: str, grant: Grant) -> NodeSettings:
     where = "node"
     _known(raw, NODE_KEYS, where)
@@ -430,6 +435,8 @@ def _node(raw: Mapping[str, Any], provider: str, grant: Grant) -> NodeSettings:
     except GrantError as exc:
         raise _grant_error(exc) from None
     market = _choice(raw, "market", where, MARKETS, "spot")
+    if provider == "runpod" and market != "spot":
+        raise SettingsError("node.market", "Runpod stacks declare interruptible pods only: use spot")
     count = _int(raw, "count", where, 1, minimum=0)
     image = _str(raw, "image", where)
     if provider == "aws" and not _AMI.match(image):
@@ -439,6 +446,12 @@ def _node(raw: Mapping[str, Any], provider: str, grant: Grant) -> NodeSettings:
             "node.image", f"must be publisher:offer:sku:version or an image id, got {image!r}"
         )
     max_price = _number(raw, "max_price", where)
+    if max_price is not None and provider not in BIDDING_PROVIDERS:
+        raise SettingsError(
+            "node.max_price",
+            f"{provider} takes no bid here (bids: {', '.join(sorted(BIDDING_PROVIDERS))}); "
+            "the grant's price_cap is enforced by the agent and before every start",
+        )
     if max_price is not None:
         try:
             grant.check_max_price(max_price, key="node.max_price")
@@ -747,6 +760,11 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
         )
 
     node = _node(raw["node"], provider, grant)
+    if node.max_price is not None and provider in BIDDING_PROVIDERS and grant.currency != "USD":
+        raise SettingsError(
+            "grant.currency",
+            f"the {provider} bid (node.max_price, else grant.price_cap) is in USD, got {grant.currency!r}",
+        )
     if node.pool and provider in API_STOP_PROVIDERS:
         raise SettingsError("node.count", f"{provider} stacks declare one node (0 or 1), got {node.count}")
     server = _server(raw["server"], provider)

@@ -88,6 +88,24 @@ def test_max_price_above_the_cap_is_refused() -> None:
     assert "price_cap" in message
 
 
+def test_a_bid_is_refused_where_the_provider_takes_none() -> None:
+    message = rejects("gcp-us-central1", "node.max_price", node__max_price=0.5)
+    assert "gcp takes no bid" in message
+    rejects("k8s-gke", "node.max_price", node__max_price=0.5)
+
+
+def test_bids_are_in_usd() -> None:
+    message = rejects("aws-us-east-1", "grant.currency", grant__currency="EUR")
+    assert "in USD" in message
+    assert (
+        parse_with("aws-us-east-1", grant__currency="EUR", node__market="on_demand").grant.currency == "EUR"
+    )
+
+
+def test_runpod_declares_interruptible_pods_only() -> None:
+    rejects("runpod-eu", "node.market", node__market="on_demand")
+
+
 def test_market_whose_price_is_above_the_cap_is_refused() -> None:
     message = rejects(
         "azure-eastus", "workload.prices.on_demand", node__market="on_demand", workload__prices__on_demand=0.9
