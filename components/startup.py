@@ -293,10 +293,10 @@ def _unit(settings: Settings) -> str:
             "KillSignal=SIGTERM",
             "TimeoutStartSec=1800",
             f"TimeoutStopSec={stop_timeout_s(settings)}",
+            # on-failure includes exit 2, which is also "the store did not answer at start": a node
+            # that comes back during a store outage keeps trying (at most StartLimitBurst an hour).
             "Restart=on-failure",
             "RestartSec=15",
-            # exit code 2: a config the agent refuses; restarting would not help
-            "RestartPreventExitStatus=2",
             "",
             "[Install]",
             "WantedBy=multi-user.target",

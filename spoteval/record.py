@@ -16,6 +16,7 @@ problems, and never raise on a JSON object (only on something that is not an obj
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -222,7 +223,14 @@ def _opt_float(obj: Mapping[str, Any], key: str, problems: list[str]) -> float |
     if isinstance(value, bool) or not isinstance(value, int | float):
         problems.append(f"{key} {value!r} is not a number")
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        problems.append(f"{key} {value!r} is not a finite number")
+        return None
+    return number
 
 
 def _details(obj: Mapping[str, Any], key: str, problems: list[str]) -> dict[str, Any]:

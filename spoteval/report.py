@@ -188,7 +188,11 @@ def parse_record(
         ids = {e.id for e in manifest_entries}
         for episode in sorted(set(results) - ids):
             problems.append(
-                Problem(layout.result(episode), "inconsistent", "result for an episode not in the manifest")
+                Problem(
+                    f"{layout.results_prefix}{episode}.json",
+                    "inconsistent",
+                    "result for an episode not in the manifest",
+                )
             )
     events.sort(key=lambda t: (t[0], t[1]))
     return RunRecord(
@@ -367,6 +371,7 @@ class _Open:
         self.price_source = event.price_source
         self.prices: list[tuple[datetime, float]] = []
         self.notice: datetime | None = None
+        self.notice_reason: str | None = None
         self.ready: datetime | None = None
         self.agent_start: datetime | None = None
         self.phases: dict[str, float] = {}
@@ -497,6 +502,7 @@ def _node_allocations(
             current.phases = _numeric_phases(e.details)
         elif e.kind == "notice" and e.reason != "rebalance_recommendation" and current.notice is None:
             current.notice = e.time
+            current.notice_reason = e.reason
         elif e.kind == "preempted" and e.details.get("simulated") is True:
             # a preemption we forced (restart measurement): we ended it, so it is censored
             closed.append(current.close(e.time, "stop", "simulated_preemption"))
@@ -505,7 +511,11 @@ def _node_allocations(
             closed.append(current.close(e.time, "preempted", e.reason))
             current = None
         elif e.kind == "stop":
-            ended_by = "notice" if current.notice is not None else "stop"
+            # A stop after a provider's own notice ends a preemption. A SIGTERM is also what our own
+            # stops look like from inside (the OS shutdown of a measured or user stop): then the
+            # stop decides, and the allocation is censored.
+            provider_notice = current.notice is not None and current.notice_reason != "sigterm"
+            ended_by = "notice" if provider_notice else "stop"
             closed.append(current.close(e.time, ended_by, e.reason))
             current = None
     if current is not None:
@@ -757,7 +767,7 @@ def _episodes(record: RunRecord, allocs: Sequence[Allocation]) -> tuple[Episodes
         if r.outcome == "completed" and episode not in completed_attempts and record.attempts:
             problems.append(
                 Problem(
-                    RunLayout(record.run_id).result(episode),
+                    f"{RunLayout(record.run_id).results_prefix}{episode}.json",
                     "inconsistent",
                     "completed result without its attempt",
                 )

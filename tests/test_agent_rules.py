@@ -127,6 +127,19 @@ def test_a_preempted_event_written_from_outside_counts() -> None:
     assert (reason, details["previous"]["evidence"]) == ("restart_after_preemption", "preempted")
 
 
+def test_a_stop_from_outside_makes_the_shutdown_sigterm_a_stop_not_a_preemption() -> None:
+    events = [
+        _ev("start", "initial", "a", 0),
+        _ev("stop", "measurement", "", 4),  # written by the restart measurement, not by an agent
+        _ev("notice", "sigterm", "a", 5),  # the OS shutdown that stop caused
+    ]
+    reason, details = hist.start_reason(_history(events), "n1", NOW)
+    assert reason == "restart_after_stop"
+    assert details["previous"]["stopped_by"] == "measurement"
+    taken = [*events, _ev("preempted", "provider", "", 6)]
+    assert hist.start_reason(_history(taken), "n1", NOW)[0] == "restart_after_preemption"
+
+
 def test_this_nodes_previous_incarnation_decides_not_another_nodes() -> None:
     events = [
         _ev("start", "initial", "a", 0),

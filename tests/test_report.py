@@ -302,6 +302,36 @@ def test_a_simulated_preemption_is_censored() -> None:
     assert [g.kind for g in gaps] == ["measurement"]
 
 
+def test_our_stop_after_its_shutdown_sigterm_is_censored_a_provider_notice_is_not() -> None:
+    ours = [
+        ev(0, C, "start", "initial", 1.0),
+        ev(90, C, "notice", "sigterm"),  # the OS shutdown of the measured stop
+        ev(100, C, "stop", "measurement"),
+    ]
+    allocs, _, _ = report.allocations(ours, now=NOW)
+    assert [(a.ended_by, a.censored) for a in allocs] == [("stop", True)]
+    theirs = [
+        ev(0, C, "start", "initial", 1.0),
+        ev(90, C, "notice", "spot_interruption"),
+        ev(100, C, "stop", "user"),
+    ]
+    allocs, _, _ = report.allocations(theirs, now=NOW)
+    assert [(a.ended_by, a.censored) for a in allocs] == [("notice", False)]
+
+
+def test_malformed_numbers_and_ids_are_reported_not_raised(tmp_path: Path) -> None:
+    store = Store(f"file://{tmp_path}/s")
+    layout = RunLayout("r1")
+    store.put_new(layout.manifest, b'{"id": "e1"}\n')
+    start = ev(0, C, "start", "initial", 1.0).to_json()
+    start["price_per_hour"] = 10**400  # overflows a float
+    store.put_new(layout.event(T0, C, 1), json.dumps(start).encode())
+    store.put_new(f"{layout.results_prefix}bad id.json", b'{"episode_id": "bad id"}')
+    record = report.load_run(store, "r1")
+    assert any("price_per_hour" in p.message for p in record.problems)
+    assert any("bad id" in p.key for p in record.problems)
+
+
 # --- episodes, cost, efficiency ------------------------------------------------------------------
 
 

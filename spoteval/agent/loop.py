@@ -59,7 +59,7 @@ from spoteval.record import (
     parse_time,
     utc_now,
 )
-from spoteval.store import Store
+from spoteval.store import Store, StoreError
 
 JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway
 NOTICE_WAIT_S: Final = 5.0  # longest wait for the notice event before killing attempts anyway
@@ -218,11 +218,15 @@ class Agent:
         item = Item(EVENT, ev.to_json(), key_time=format_time(when), node=node.id, seq=next(self.seq))
         return self.up.submit(item)
 
-    def _wait_durable(self, item: Item, timeout: float) -> bool:
-        """Wait until the item is in the store; give up early while the store is down (it stays spooled)."""
+    def _wait_durable(self, item: Item, timeout: float, *, until_notice: bool = True) -> bool:
+        """Wait until the item is in the store; give up early while the store is down (it stays spooled)
+        and, unless `until_notice` is False, as soon as a notice that stops work arrives: the notice
+        is handled first, whatever the store is doing."""
         deadline = time.monotonic() + timeout
         while not item.done.wait(0.05):
             if self.up.store_down or time.monotonic() >= deadline:
+                return False
+            if until_notice and self.noticed.is_set():
                 return False
         return True
 
@@ -325,11 +329,21 @@ class Agent:
     # --- start: recovery from the record --------------------------------------------------------
 
     def _recover(self) -> tuple[str, dict[str, Any], list[str], dict[str, int]]:
-        now = utc_now()
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            history = hist.read_history(
-                self.store, self.layout, self.order, node=self.config.node.id, now=now, pool=pool
-            )
+        backoff = 0.5
+        while True:
+            now = utc_now()
+            try:
+                with ThreadPoolExecutor(max_workers=16) as pool:
+                    history = hist.read_history(
+                        self.store, self.layout, self.order, node=self.config.node.id, now=now, pool=pool
+                    )
+                break
+            except StoreError as exc:  # the record must be read before anything starts: wait for it
+                if self.noticed.is_set():
+                    raise
+                self.log(f"reading the run record: {exc}; retrying in {backoff:.1f} s")
+                time.sleep(backoff)
+                backoff = min(30.0, backoff * 2)
         for problem in history.problems[:5]:
             self.log(f"record: {problem}")
         reason, details = hist.start_reason(history, self.config.node.id, now)
@@ -724,7 +738,7 @@ class Agent:
         self.deadline_mono = self.notice_mono + left
         self.pending.clear()
         item = self.event("notice", notice.reason, details)
-        durable = self._wait_durable(item, min(NOTICE_WAIT_S, max(0.5, left / 3)))
+        durable = self._wait_durable(item, min(NOTICE_WAIT_S, max(0.5, left / 3)), until_notice=False)
         took = time.monotonic() - self.notice_mono
         self.log(
             f"notice {notice.reason}: {left:.1f} s left, {len(self.running)} in flight; notice event "

@@ -183,8 +183,8 @@ class Uploader:
                         self.log(f"store did not answer ({exc}); retrying in {self._backoff:.1f} s")
                 self._queue.put((priority, order, item))
                 continue
-            except (RecordError, ValueError, TypeError) as exc:  # a malformed item: keep its spool file
-                self.log(f"cannot upload spooled item {item.spool_path}: {exc}; left in the spool")
+            except Exception as exc:  # a malformed item (or a bug): keep its spool file, keep the thread
+                self.log(f"cannot upload spooled item {item.spool_path}: {exc!r}; left in the spool")
                 item.outcome = "refused"
             else:
                 with self._lock:
