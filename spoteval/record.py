@@ -88,6 +88,7 @@ ATTEMPT_FIELDS: Final = (
     "details",
 )
 
+_FRACTION = re.compile(r"(?<=\d\d:\d\d:\d\d)\.(\d+)")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+@-]{0,254}$")
 
 
@@ -113,8 +114,11 @@ def parse_time(value: str) -> datetime:
     """Parse an RFC 3339 time (any offset, `Z` allowed) into an aware UTC datetime."""
     if not isinstance(value, str):
         raise RecordError(f"time {value!r} is not a string")
+    text = value.replace("Z", "+00:00").replace("z", "+00:00")
+    # Python 3.10's fromisoformat takes only 3 or 6 fraction digits: pad or cut to 6
+    text = _FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), text, count=1)
     try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        t = datetime.fromisoformat(text)
     except ValueError as exc:
         raise RecordError(f"time {value!r} is not RFC 3339") from exc
     if t.tzinfo is None:

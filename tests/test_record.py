@@ -221,3 +221,15 @@ def test_time_helpers_reject_naive_times() -> None:
     with pytest.raises(RecordError):
         record.parse_time("2026-01-01T00:00:00")
     assert record.parse_time("2026-01-01T01:00:00+01:00") == datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "micro"),
+    [
+        ("2026-01-01T00:00:00.12Z", 120000),
+        ("2026-01-01T00:00:00.1234567Z", 123456),
+        ("2026-01-01T00:00:00Z", 0),
+    ],
+)
+def test_any_number_of_fraction_digits_is_read(text: str, micro: int) -> None:
+    assert record.parse_time(text).microsecond == micro
