@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import sys
@@ -321,3 +322,20 @@ def test_the_boot_file_gives_the_boot_phase_timings(
     start = record.events[0]
     assert start.details["billed_from"] == boot["boot_time"]  # a VM bills from boot
     assert record.events[-1].details["uptime_s"] >= 100
+
+
+def test_heartbeats_keep_coming_while_episodes_run(
+    file_target: StoreTarget, tmp_path: Path, agents: list[AgentProcess]
+) -> None:
+    # two 1.5 s episodes one after the other, a heartbeat every 0.2 s: periodic heartbeats (not the
+    # journal written at each dispatch) bound the node's life in the record while nothing else happens
+    command = episode_command(seconds=1.5)
+    path = _setup(file_target, tmp_path, ["a", "b"], command=command, concurrency=1, heartbeat_s=0.2)
+    agent = _run(agents, path, tmp_path)
+    assert agent.wait(60) == 0, agent.stderr()
+    record = read_record(Store(file_target.url, file_target.options), "r1")
+    periodic = [e for e in record.events if e.kind == "heartbeat" and "dispatched" not in e.details]
+    assert len(periodic) >= 5, [e.details for e in record.events if e.kind == "heartbeat"]
+    assert all("in_flight" in e.details and "uptime_s" in e.details for e in periodic)
+    gaps = [(b.time - a.time).total_seconds() for a, b in itertools.pairwise(periodic)]
+    assert max(gaps) < 2.0
