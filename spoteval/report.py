@@ -1222,6 +1222,10 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
         out["problems"] = _shared_problems(report.problems)
         out["cost"] = _shared_cost(report)
         out["placement"] = _shared_placement(report.placement)
+        # the last net, as for the text: strings taken from the record (unknown reasons, phase
+        # names) may still carry an identifier
+        scrubbed: dict[str, Any] = scrub_json(out, private_strings(report))
+        return scrubbed
     else:
         out["run_id"] = report.record.run_id
         out["store"] = report.record.store_url
@@ -1555,6 +1559,27 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
         if s:
             text = text.replace(s, "[private]")
     return text
+
+
+def scrub_json(value: Any, secrets: Iterable[str]) -> Any:
+    """`scrub` applied to every string (keys too) of a JSON-like value."""
+    private = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def clean(text: str) -> str:
+        for s in private:
+            text = text.replace(s, "[private]")
+        return text
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return clean(v)
+        if isinstance(v, Mapping):
+            return {clean(str(k)): walk(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
 
 
 # --- plot ---------------------------------------------------------------------------------------

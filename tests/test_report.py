@@ -449,6 +449,20 @@ def test_shared_report_carries_no_private_identifier(s3_target: StoreTarget) -> 
     assert json.loads(shared_json)["placement"]["decision"] == decided.placement["decision"]  # type: ignore[index]
 
 
+def test_shared_json_scrubs_identifiers_hidden_in_unknown_values() -> None:
+    start = ev(0, A, "start", "initial", 1.0).to_json()
+    stop = ev(600, A, "stop", "done").to_json()
+    stop["reason"] = f"evicted-{A}"  # an unknown reason that names the instance
+    objects = {
+        LAYOUT.event(at(0), A, 0): json.dumps(start).encode(),
+        LAYOUT.event(at(600), A, 1): json.dumps(stop).encode(),
+    }
+    rep = report.analyse(report.parse_record(RUN, objects), now=NOW)
+    assert A in json.dumps(report.report_json(rep))
+    shared = json.dumps(report.report_json(rep, shared=True))
+    assert A not in shared and RUN not in shared
+
+
 def _decide(raw: Any) -> dict[str, Any]:
     return report_cli.decide(raw)
 
