@@ -492,8 +492,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """Option errors are bad input like any other: one line, exit 2."""
+
+    def error(self, message: str) -> Any:
+        raise PlacementError("options", message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m scripts.placement",
         description="Decide where to run an evaluation workload: spot, on-demand or non-preemptible.",
         epilog="Exit codes: 0 decision made, 3 decision 'none', 2 bad input.",
@@ -567,9 +574,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        return run(build_parser().parse_args(argv))
     except PlacementError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

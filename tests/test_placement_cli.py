@@ -325,3 +325,10 @@ def test_input_hooks_add_options_and_refine_the_workload(
     code, doc = run_json(capsys, "--measured-tau", "2.5", "--runs", "100")
     assert code == 0
     assert doc["inputs"]["lifetime_hours"] == 2.5
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["--runs", "0"], ["--json", "--runs", "many"]])
+def test_option_errors_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: options: ") and err.count("\n") == 1
