@@ -197,3 +197,12 @@ def test_bad_manifest_file_names_the_line(tmp_path: Path, capsys: pytest.Capture
     code, err = _run_main(capsys, ["manifest", "--config", path, str(bad)])
     assert code == 2 and len(err) == 1 and "line 2" in err[0] and "appears twice" in err[0]
     assert not os.path.exists(tmp_path / "store" / "runs")
+
+
+def test_a_budget_without_any_price_is_refused(tmp_path: Path) -> None:
+    raw = _base(tmp_path)
+    raw["stop_rules"] = {"budget": 20}
+    with pytest.raises(ConfigError, match=r"stop_rules\.budget: needs price\.per_hour"):
+        parse(raw)
+    raw["price"] = {"per_hour": 1.0}
+    assert parse(raw).stop_rules.budget == 20

@@ -322,6 +322,12 @@ def parse(raw: object) -> AgentConfig:
             poweroff_command=poweroff,
         )
         rules_s.done()
+    reads_own_price = provider == "azure" or (provider == "aws" and node.market == "spot")
+    if rules.budget is not None and price is None and not reads_own_price:
+        raise ConfigError(
+            f"stop_rules.budget: needs price.per_hour (a {provider} {node.market} node cannot read its "
+            "own price, so the budget could never be checked)"
+        )
 
     config = AgentConfig(
         run_id=run_id,
