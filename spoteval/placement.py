@@ -525,6 +525,10 @@ def hours(value: float) -> str:
     return f"{value:.3g} h" if value < 1000 else f"{value:,.0f} h"
 
 
+#: An option whose expected wall time passes this (over a century) is never eligible, deadline or not.
+NEVER_FINISHES_HOURS: Final = 1e6
+
+
 def _why_not(
     workload: Workload,
     name: str,
@@ -537,6 +541,11 @@ def _why_not(
     problems: list[str] = []
     grant = workload.grant
     deadline = workload.deadline_hours
+    if not math.isfinite(estimate.wall_hours) or estimate.wall_hours > NEVER_FINISHES_HOURS:
+        problems.append(
+            f"it would practically never finish (expected wall time {estimate.wall_hours:.3g} h): "
+            "the lifetime is far shorter than an episode plus a boot"
+        )
     if deadline is not None:
         if name == "spot":
             if p_deadline is None:

@@ -371,3 +371,17 @@ def test_error_keys_carry_the_given_prefix() -> None:
 def test_a_workload_that_is_not_a_mapping_is_rejected() -> None:
     with pytest.raises(PlacementError, match="must be a mapping, got list"):
         parse_workload([1, 2])
+
+
+def test_spot_that_would_never_finish_is_not_eligible_even_without_deadline_or_budget() -> None:
+    raw = {
+        "episodes": 100,
+        "episode_minutes": 60,
+        "concurrency": 1,
+        "lifetime_hours": 0.01,
+        "restart": {"wait_minutes": 1, "boot_minutes": 5},
+        "prices": {"spot": 1.0, "on_demand": 3.0},
+    }
+    decided = place(parse_workload(raw))
+    assert decided.decision == "on_demand"
+    assert "never finish" in (decided.options["spot"].why_not or "")
