@@ -168,7 +168,10 @@ def start_reason(history: History, node: str, now: datetime) -> tuple[str, dict[
         previous = max(incs, key=lambda i: i.last.time)
     evidence: str | None = None
     notice = previous.stopping_notice()
-    outside = [  # stops written by others (restart measurement, an operator), not by an agent
+    # Stops written by others (restart measurement, an operator), not by an agent. One after the
+    # previous incarnation began means the SIGTERM it saw was that stop's shutdown: no evidence of a
+    # preemption, unless the provider's `preempted` event comes after it.
+    outside = [
         e
         for e in history.events
         if e.kind == "stop"
@@ -176,17 +179,11 @@ def start_reason(history: History, node: str, now: datetime) -> tuple[str, dict[
         and e.time >= previous.began
         and "incarnation" not in e.details
     ]
-    taken_after = [
-        e
-        for e in history.events
-        if e.kind == "preempted"
-        and e.node == previous.node
-        and outside
-        and e.time >= max(s.time for s in outside)
-    ]
-    # A stop from outside means the SIGTERM the agent saw was that stop's shutdown: no evidence of
-    # a preemption, so the start is a restart after a stop.
-    if outside and not taken_after:
+    stopped = max(outside, key=lambda e: e.time, default=None)
+    taken_after = stopped is not None and any(
+        e.kind == "preempted" and e.node == previous.node and e.time >= stopped.time for e in history.events
+    )
+    if stopped is not None and not taken_after:
         evidence = None
     elif notice is not None:
         evidence = f"notice:{notice.reason}"
@@ -206,8 +203,8 @@ def start_reason(history: History, node: str, now: datetime) -> tuple[str, dict[
         }
     }
     if evidence is None:
-        if outside:
-            details["previous"]["stopped_by"] = max(outside, key=lambda e: e.time).reason
+        if stopped is not None:
+            details["previous"]["stopped_by"] = stopped.reason
         return "restart_after_stop", details
     details["previous"]["evidence"] = evidence
     return "restart_after_preemption", details
