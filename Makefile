@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TOOLS := .tools
 
-.PHONY: demo test lint typecheck pytest bench plan clean
+.PHONY: demo test lint workflows typecheck pytest bench plan clean
 
 $(VENV)/.base: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,13 +31,19 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The workflows hold cloud credentials: actionlint (syntax, expressions, deprecated runtimes) and zizmor
+# (pinning, permissions, persisted credentials, injection), both offline, both from requirements-dev.txt.
+workflows: $(VENV)/.dev
+	$(VENV)/bin/actionlint .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --no-progress .github/workflows/
+
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy
 
 pytest: $(VENV)/.dev $(TOOLS)/.azurite
 	$(VENV)/bin/pytest
 
-test: lint typecheck pytest
+test: lint workflows typecheck pytest
 
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks.placement_cli
