@@ -22,12 +22,12 @@ to its next `stop` or `preempted`, or to its last event when still open) priced 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from spoteval.config_reader import Reader
 from spoteval.record import Event
 
 GRANT_KEYS: Final = frozenset(
@@ -155,28 +155,6 @@ def spend(events: Iterable[Event], now: datetime | None = None) -> Spend:
     )
 
 
-def _number(raw: Mapping[str, Any], key: str, where: str, *, positive: bool = False) -> float | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise GrantError(f"{where}.{key}", f"must be a number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise GrantError(f"{where}.{key}", f"must be {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
-
-
-def _names(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = raw.get(key)
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-        raise GrantError(f"{where}.{key}", f"must be a list of names, got {value!r}")
-    return tuple(value)
-
-
 @dataclass(frozen=True)
 class Grant:
     budget: float | None = None
@@ -191,22 +169,18 @@ class Grant:
     def parse(cls, raw: object, where: str = "grant") -> Grant:
         if raw is None:
             return cls()
-        if not isinstance(raw, Mapping):
-            raise GrantError(where, f"must be a mapping, got {type(raw).__name__}")
-        unknown = sorted(set(raw) - GRANT_KEYS)
-        if unknown:
-            raise GrantError(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(GRANT_KEYS))})")
-        currency = raw.get("currency", "USD")
+        read = Reader(raw, where, error=GrantError, known=GRANT_KEYS)
+        currency = read.raw.get("currency", "USD")
         if not isinstance(currency, str) or not currency:
-            raise GrantError(f"{where}.currency", f"must be a currency code, got {currency!r}")
+            read.fail("currency", f"must be a currency code, got {currency!r}")
         return cls(
-            budget=_number(raw, "budget", where),
-            price_cap=_number(raw, "price_cap", where, positive=True),
+            budget=read.opt_number("budget"),
+            price_cap=read.opt_number("price_cap", positive=True),
             currency=currency,
-            regions=_names(raw, "regions", where),
-            instance_types=_names(raw, "instance_types", where),
-            max_runtime_hours=_number(raw, "max_runtime_hours", where, positive=True),
-            idle_minutes=_number(raw, "idle_minutes", where, positive=True),
+            regions=read.strings("regions", what="names", single=True),
+            instance_types=read.strings("instance_types", what="names", single=True),
+            max_runtime_hours=read.opt_number("max_runtime_hours", positive=True),
+            idle_minutes=read.opt_number("idle_minutes", positive=True),
         )
 
     def to_json(self) -> dict[str, Any]:

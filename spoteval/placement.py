@@ -49,8 +49,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
+from spoteval.config_reader import Reader, is_number, key_path
 from spoteval.grant import Grant, GrantError
 
 #: The options in the order they are reported; ties in cost go to the earlier one.
@@ -194,83 +195,17 @@ class Workload:
         }
 
 
-def _key(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
+class _WorkloadReader(Reader):
+    NOT_INTEGER: ClassVar[str] = "must be a whole number, got {value!r}"
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
-
-
-def _number(
-    raw: Mapping[str, Any],
-    key: str,
-    where: str,
-    *,
-    positive: bool = False,
-    required: bool = True,
-    default: float | None = None,
-) -> float | None:
-    """A finite number >= 0 (> 0 when `positive`); missing -> error if required, else `default`."""
-    path = _key(where, key)
-    if key not in raw or raw[key] is None:
-        if required:
-            raise PlacementError(path, "missing (required)")
-        return default
-    value = raw[key]
-    if not _is_number(value):
-        raise PlacementError(path, f"must be a number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise PlacementError(path, f"must be {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
-
-
-def _required_number(raw: Mapping[str, Any], key: str, where: str, *, positive: bool = False) -> float:
-    value = _number(raw, key, where, positive=positive)
-    assert value is not None  # required=True never returns None
-    return value
-
-
-def _count(raw: Mapping[str, Any], key: str, where: str) -> int:
-    """A whole number > 0."""
-    path = _key(where, key)
-    if key not in raw or raw[key] is None:
-        raise PlacementError(path, "missing (required)")
-    value = raw[key]
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PlacementError(path, f"must be a whole number, got {value!r}")
-    if value <= 0:
-        raise PlacementError(path, f"must be > 0, got {value!r}")
-    return value
-
-
-def _mapping(raw: Mapping[str, Any], key: str, where: str, known: frozenset[str]) -> Mapping[str, Any]:
-    path = _key(where, key)
-    value = raw.get(key)
-    if value is None:
-        raise PlacementError(path, "missing (required)")
-    if not isinstance(value, Mapping):
-        raise PlacementError(path, f"must be a mapping, got {type(value).__name__}")
-    _reject_unknown(value, known, path)
-    return value
-
-
-def _reject_unknown(raw: Mapping[Any, Any], known: frozenset[str], where: str) -> None:
-    unknown = sorted(str(k) for k in raw if k not in known)
-    if unknown:
-        raise PlacementError(_key(where, unknown[0]), f"unknown key (known: {', '.join(sorted(known))})")
-
-
-def _samples_hours(raw: Mapping[str, Any], key: str, where: str) -> tuple[float, ...]:
-    path = _key(where, key)
-    value = raw[key]
+def _samples_hours(read: Reader, key: str) -> tuple[float, ...]:
+    value = read.value(key)
     if not isinstance(value, list | tuple) or not value:
-        raise PlacementError(path, f"must be a non-empty list of minutes, got {value!r}")
+        read.fail(key, f"must be a non-empty list of minutes, got {value!r}")
     for i, item in enumerate(value):
-        if not _is_number(item) or item <= 0:
-            raise PlacementError(f"{path}[{i}]", f"must be a number > 0, got {item!r}")
+        if not is_number(item) or item <= 0:
+            read.fail_at(f"{read.path(key)}[{i}]", f"must be a number > 0, got {item!r}")
     return tuple(float(v) / 60.0 for v in value)
 
 
@@ -282,60 +217,49 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
     `PlacementError` on a missing or unknown key, a wrong type, a negative time or price, or a zero
     episode length, lifetime, episode count or concurrency.
     """
-    if not isinstance(raw, Mapping):
-        raise PlacementError(where or "workload", f"must be a mapping, got {type(raw).__name__}")
-    _reject_unknown(raw, WORKLOAD_KEYS, where)
+    read = _WorkloadReader(raw, where, error=PlacementError, known=WORKLOAD_KEYS, label="workload")
 
-    episodes = _count(raw, "episodes", where)
-    has_length = raw.get("episode_minutes") is not None
-    has_samples = raw.get("episode_minutes_samples") is not None
+    episodes = read.integer("episodes", positive=True, whole_floats=True)
+    has_length = read.has("episode_minutes")
+    has_samples = read.has("episode_minutes_samples")
     if has_length and has_samples:
-        raise PlacementError(
-            _key(where, "episode_minutes_samples"),
-            "give episode_minutes or episode_minutes_samples, not both",
-        )
+        read.fail("episode_minutes_samples", "give episode_minutes or episode_minutes_samples, not both")
     if has_samples:
-        samples = _samples_hours(raw, "episode_minutes_samples", where)
+        samples = _samples_hours(read, "episode_minutes_samples")
         episode_hours = math.fsum(samples) / len(samples)
     else:
         if not has_length:
-            raise PlacementError(
-                _key(where, "episode_minutes"), "missing (required, or give episode_minutes_samples)"
-            )
+            read.fail("episode_minutes", "missing (required, or give episode_minutes_samples)")
         samples = ()
-        episode_hours = _required_number(raw, "episode_minutes", where, positive=True) / 60.0
-    concurrency = _count(raw, "concurrency", where)
-    lifetime = _required_number(raw, "lifetime_hours", where, positive=True)
+        episode_hours = read.number("episode_minutes", positive=True) / 60.0
+    concurrency = read.integer("concurrency", positive=True, whole_floats=True)
+    lifetime = read.number("lifetime_hours", positive=True)
 
-    restart = _mapping(raw, "restart", where, RESTART_KEYS)
-    restart_where = _key(where, "restart")
-    wait_hours = _required_number(restart, "wait_minutes", restart_where) / 60.0
-    boot_hours = _required_number(restart, "boot_minutes", restart_where) / 60.0
+    restart = read.section("restart", RESTART_KEYS)
+    wait_hours = restart.number("wait_minutes") / 60.0
+    boot_hours = restart.number("boot_minutes") / 60.0
 
-    prices_raw = _mapping(raw, "prices", where, PRICE_KEYS)
-    prices_where = _key(where, "prices")
+    prices_read = read.section("prices", PRICE_KEYS)
     prices = Prices(
-        spot=_required_number(prices_raw, "spot", prices_where),
-        on_demand=_number(prices_raw, "on_demand", prices_where, required=False),
-        non_preemptible=_number(prices_raw, "non_preemptible", prices_where, required=False),
+        spot=prices_read.number("spot"),
+        on_demand=prices_read.opt_number("on_demand"),
+        non_preemptible=prices_read.opt_number("non_preemptible"),
     )
 
-    deadline = _number(raw, "deadline_hours", where, positive=True, required=False)
-    confidence = _number(raw, "deadline_confidence", where, positive=True, required=False, default=0.9)
-    assert confidence is not None
+    deadline = read.opt_number("deadline_hours", positive=True)
+    confidence = read.number("deadline_confidence", 0.9, positive=True)
     if confidence > 1:
-        raise PlacementError(_key(where, "deadline_confidence"), f"must be <= 1, got {confidence!r}")
-    margin = _number(raw, "spot_margin", where, required=False, default=0.10)
-    assert margin is not None
+        read.fail("deadline_confidence", f"must be <= 1, got {confidence!r}")
+    margin = read.number("spot_margin", 0.10)
     if margin >= 1:
-        raise PlacementError(_key(where, "spot_margin"), f"must be < 1, got {margin!r}")
+        read.fail("spot_margin", f"must be < 1, got {margin!r}")
 
     try:
-        grant = Grant.parse(raw.get("grant"), where=_key(where, "grant"))
+        grant = Grant.parse(read.value("grant"), where=key_path(where, "grant"))
     except GrantError as err:
         raise PlacementError(err.key, str(err).removeprefix(f"{err.key}: ")) from err
 
-    interval = _interval(raw, "lifetime_interval_hours", where, lifetime)
+    interval = _interval(read, "lifetime_interval_hours", lifetime)
     return Workload(
         episodes=episodes,
         episode_hours=episode_hours,
@@ -353,20 +277,19 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
     )
 
 
-def _interval(raw: Mapping[str, Any], key: str, where: str, tau: float) -> tuple[float, float] | None:
-    value = raw.get(key)
+def _interval(read: Reader, key: str, tau: float) -> tuple[float, float] | None:
+    value = read.value(key)
     if value is None:
         return None
-    path = _key(where, key)
     if (
         not isinstance(value, list | tuple)
         or len(value) != 2
-        or not all(_is_number(v) and v > 0 for v in value)
+        or not all(is_number(v) and v > 0 for v in value)
     ):
-        raise PlacementError(path, f"must be [low, high] in hours, both > 0, got {value!r}")
+        read.fail(key, f"must be [low, high] in hours, both > 0, got {value!r}")
     low, high = float(value[0]), float(value[1])
     if not low <= tau <= high:
-        raise PlacementError(path, f"must contain lifetime_hours {tau:g}, got [{low:g}, {high:g}]")
+        read.fail(key, f"must contain lifetime_hours {tau:g}, got [{low:g}, {high:g}]")
     return (low, high)
 
 
