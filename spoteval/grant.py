@@ -13,9 +13,9 @@ YAML keys:
     max_runtime_hours: 12       # a stop rule: the longest a node may run in one allocation
     idle_minutes: 15            # a stop rule: stop when nothing has been served for this long
 
-Spending checks read the run record: `spend(events)` sums the billed intervals (a node's `start`
-to its next `stop` or `preempted`, or to its last event when still open) priced at the most recent
-`price_per_hour` the node's events carry; `Grant.budget_left`, `Grant.check_budget` and
+Spending checks read the run record through the one billing model, spoteval/billing.py (re-exported
+here: `spend`, `billed_intervals`, `BilledInterval`, `Spend`), so they count what the agent's budget rule
+and the run report count; `Grant.budget_left`, `Grant.check_budget` and
 `Grant.check_price_now` refuse with a `Refusal` naming the stop reason the record then carries
 (`stop_rule:budget`, `stop_rule:price_cap`).
 """
@@ -27,8 +27,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from spoteval.billing import BilledInterval, Spend, billed_intervals, spend
 from spoteval.config_reader import Reader
 from spoteval.record import Event
+
+__all__ = [
+    "GRANT_KEYS",
+    "BilledInterval",
+    "Grant",
+    "GrantError",
+    "Refusal",
+    "Spend",
+    "billed_intervals",
+    "spend",
+]
 
 GRANT_KEYS: Final = frozenset(
     {"budget", "price_cap", "currency", "regions", "instance_types", "max_runtime_hours", "idle_minutes"}
@@ -49,110 +61,6 @@ class Refusal(GrantError):
     def __init__(self, key: str, message: str, stop_reason: str) -> None:
         super().__init__(key, message)
         self.stop_reason = stop_reason
-
-
-#: Event kinds that end a node's billed interval, and the one that opens it.
-_CLOSING: Final = frozenset({"stop", "preempted"})
-
-
-@dataclass(frozen=True)
-class BilledInterval:
-    """A stretch of one node's billed time at one price (None: the record has no price for it)."""
-
-    node: str
-    start: datetime
-    end: datetime
-    price_per_hour: float | None
-    currency: str | None
-    closed_by: str  # the event kind that ended it, "open" (last event seen) or "now"
-
-    @property
-    def hours(self) -> float:
-        return max(0.0, (self.end - self.start).total_seconds() / 3600)
-
-    @property
-    def cost(self) -> float | None:
-        return None if self.price_per_hour is None else self.hours * self.price_per_hour
-
-
-def billed_intervals(events: Iterable[Event], now: datetime | None = None) -> list[BilledInterval]:
-    """Every billed stretch in the record, per node, in time order.
-
-    A `start` opens a node's interval; `stop` or `preempted` closes it. Events of the node in between
-    (heartbeats, ready, notices) split it where they carry a new price. An interval still open at the
-    end runs to `now` when given, else to the node's last event. A second `start` with no stop between
-    closes the first at the node's last event before it (the stop went unrecorded).
-    """
-    by_node: dict[str, list[Event]] = {}
-    for event in events:
-        if event.node:
-            by_node.setdefault(event.node, []).append(event)
-    out: list[BilledInterval] = []
-    for node, node_events in sorted(by_node.items()):
-        out.extend(_node_intervals(node, sorted(node_events, key=lambda e: e.time), now))
-    return out
-
-
-def _node_intervals(node: str, events: list[Event], now: datetime | None) -> list[BilledInterval]:
-    out: list[BilledInterval] = []
-    since: datetime | None = None
-    last_seen: datetime | None = None
-    price: float | None = None
-    currency: str | None = None
-    for event in events:
-        if event.kind == "start":
-            if since is not None and last_seen is not None:
-                out.append(BilledInterval(node, since, last_seen, price, currency, "open"))
-            since = last_seen = event.time
-            price, currency = event.price_per_hour, event.currency
-        elif since is None:
-            continue
-        elif event.kind in _CLOSING:
-            out.append(BilledInterval(node, since, max(event.time, since), price, currency, event.kind))
-            since = last_seen = None
-        else:
-            last_seen = event.time
-            priced = (event.price_per_hour, event.currency)
-            if event.price_per_hour is not None and priced != (price, currency):
-                out.append(BilledInterval(node, since, event.time, price, currency, "price"))
-                since, price, currency = event.time, event.price_per_hour, event.currency
-    if since is not None and last_seen is not None:
-        if now is not None:
-            out.append(BilledInterval(node, since, max(now, last_seen), price, currency, "now"))
-        else:
-            out.append(BilledInterval(node, since, last_seen, price, currency, "open"))
-    return out
-
-
-@dataclass(frozen=True)
-class Spend:
-    """What the record says was spent: `amount` over the priced hours, plus hours with no price."""
-
-    amount: float
-    hours: float
-    unpriced_hours: float
-    currencies: tuple[str, ...]
-    intervals: tuple[BilledInterval, ...]
-
-    def cost(self, fallback_price: float | None = None) -> float | None:
-        """The total, with unpriced hours at `fallback_price`; None if some hours cannot be priced."""
-        if self.unpriced_hours <= 0:
-            return self.amount
-        if fallback_price is None:
-            return None
-        return self.amount + self.unpriced_hours * fallback_price
-
-
-def spend(events: Iterable[Event], now: datetime | None = None) -> Spend:
-    intervals = tuple(billed_intervals(events, now))
-    priced = [i for i in intervals if i.price_per_hour is not None]
-    return Spend(
-        amount=sum(i.cost or 0.0 for i in priced),
-        hours=sum(i.hours for i in intervals),
-        unpriced_hours=sum(i.hours for i in intervals if i.price_per_hour is None),
-        currencies=tuple(sorted({i.currency for i in priced if i.currency})),
-        intervals=intervals,
-    )
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,12 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 from urllib.parse import urlparse
 
-from spoteval import lifetime, placement
+from spoteval import billing, lifetime, placement
+from spoteval.providers import BILLED_FROM_BOOT
 from spoteval.record import (
     PRIVATE_DETAIL_KEYS,
     Attempt,
@@ -54,16 +55,12 @@ from spoteval.record import (
     RunLayout,
     format_time,
     parse_manifest,
-    parse_time,
     private_identifiers,
     utc_now,
 )
 from spoteval.store import Store, StoreError
 
 DEFAULT_HEARTBEAT_S: Final = 30.0
-#: Providers whose VMs bill from machine boot: an allocation then starts `boot_to_agent_s` (from the
-#: agent's ready event) before the agent's start event, as the agent itself counts it.
-BILLED_FROM_BOOT: Final = frozenset({"aws", "gcp", "azure", "nebius"})
 #: An allocation silent for this many heartbeat intervals (and not stopped) was lost without notice.
 LOST_AFTER_HEARTBEATS: Final = 3.0
 CONFIDENCE: Final = 0.95
@@ -289,16 +286,7 @@ class Allocation:
     @property
     def cost(self) -> float | None:
         """Price x billed interval, following every price change the record logged."""
-        if not self.prices:
-            return None
-        total = 0.0
-        bounds = [max(t, self.start) for t, _ in self.prices[1:]] + [self.end]
-        begin = self.start
-        for (_, price), bound in zip(self.prices, bounds, strict=True):
-            until = min(max(bound, begin), self.end)
-            total += price * (until - begin).total_seconds() / 3600.0
-            begin = until
-        return total
+        return billing.priced_cost(self.start, self.end, self.prices)
 
     @property
     def boot_s(self) -> float | None:
@@ -353,81 +341,80 @@ def _numeric_phases(details: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-class _Open:
-    """An allocation being assembled while walking a node's events."""
-
-    def __init__(self, node: str, index: int, event: Event) -> None:
-        self.node = node
-        self.index = index
-        self.start = event.time
-        self.start_reason = event.reason
-        self.kind = "measurement" if event.reason == "measurement" else "run"
-        self.provider = event.provider
-        self.region = event.region
-        self.zone = event.zone
-        self.instance_type = event.instance_type
-        self.market = event.market
-        self.currency = event.currency
-        self.price_source = event.price_source
-        self.prices: list[tuple[datetime, float]] = []
-        self.notice: datetime | None = None
-        self.notice_reason: str | None = None
-        self.ready: datetime | None = None
-        self.agent_start: datetime | None = None
-        self.phases: dict[str, float] = {}
-        self.last_seen = event.time
-        self.identifiers: set[str] = set()
-        self.take(event)
-
-    def take(self, event: Event) -> None:
-        self.last_seen = max(self.last_seen, event.time)
-        self.identifiers |= private_identifiers(event)
-        for attr in ("provider", "region", "zone", "instance_type", "market", "currency"):
-            if getattr(self, attr) is None and getattr(event, attr) is not None:
-                setattr(self, attr, getattr(event, attr))
-        if event.price_per_hour is not None and (
-            not self.prices or self.prices[-1][1] != event.price_per_hour
-        ):
-            self.prices.append((event.time, event.price_per_hour))
-            if self.price_source == "unknown":
-                self.price_source = event.price_source
-
-    def close(self, end: datetime, ended_by: str, reason: str | None) -> Allocation:
-        start, agent_start = self.start, self.agent_start
-        boot = self.phases.get("boot_to_agent_s")
-        if self.kind == "run" and boot is not None and self.provider in BILLED_FROM_BOOT:
-            # a VM is billed from machine boot, before the agent could write its start event
-            start, agent_start = self.start - timedelta(seconds=boot), self.start
-        return Allocation(
-            node=self.node,
-            index=self.index,
-            start=start,
-            end=max(end, self.start),
-            ended_by=ended_by,
-            end_reason=reason,
-            start_reason=self.start_reason,
-            kind=self.kind,
-            provider=self.provider,
-            region=self.region,
-            zone=self.zone,
-            instance_type=self.instance_type,
-            market=self.market,
-            currency=self.currency,
-            price_source=self.price_source,
-            prices=tuple(self.prices),
-            notice=self.notice,
-            ready=self.ready,
-            agent_start=agent_start,
-            phases=dict(self.phases),
-            last_seen=self.last_seen,
-            identifiers=frozenset(self.identifiers),
-        )
+def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float) -> Allocation:
+    """The report's view of one billed stretch: how it ended, what its events said."""
+    opener = stretch.opener
+    first: dict[str, str | None] = {}
+    for attr in ("region", "zone", "instance_type", "market"):
+        first[attr] = next((getattr(e, attr) for e in stretch.events if getattr(e, attr) is not None), None)
+    price_source = opener.price_source
+    last_price: float | None = None
+    ready: datetime | None = opener.time if opener.kind == "ready" else None
+    phases: dict[str, float] = {}
+    identifiers: set[str] = set()
+    for e in stretch.events:
+        identifiers |= private_identifiers(e)
+        if e.price_per_hour is not None and e.price_per_hour != last_price:
+            last_price = e.price_per_hour
+            if price_source == "unknown":
+                price_source = e.price_source
+        if e is not opener and e.kind == "ready" and ready is None:
+            ready, phases = e.time, _numeric_phases(e.details)
+    notice = stretch.notice
+    closer = stretch.closer
+    end_reason = closer.reason if closer is not None else None
+    if stretch.closed_by == "preempted":
+        ended_by = "preempted"
+    elif stretch.closed_by == "simulated_preemption":
+        # a preemption we forced (restart measurement): we ended it, so it is censored
+        ended_by, end_reason = "stop", "simulated_preemption"
+    elif stretch.closed_by == "stop":
+        # A stop after a provider's own notice ends a preemption. A SIGTERM is also what our own
+        # stops look like from inside (the OS shutdown of a measured or user stop): then the
+        # stop decides, and the allocation is censored.
+        ended_by = "notice" if notice is not None and notice.reason != "sigterm" else "stop"
+    elif notice is not None:
+        ended_by = "notice"
+    elif (
+        stretch.closed_by == "next_start"
+        or (now - stretch.end).total_seconds() > LOST_AFTER_HEARTBEATS * beat
+    ):
+        ended_by = "lost"
+    else:
+        ended_by = "running"
+    agent_start = stretch.agent_start
+    if stretch.from_boot and stretch.provider in BILLED_FROM_BOOT:
+        agent_start = stretch.opened_at  # a VM is billed from machine boot, before the agent's start
+    return Allocation(
+        node=stretch.node,
+        index=index,
+        start=stretch.start,
+        end=stretch.end,
+        ended_by=ended_by,
+        end_reason=end_reason,
+        start_reason=opener.reason if opener.kind == "start" else None,
+        kind=stretch.kind,
+        provider=stretch.provider,
+        region=first["region"],
+        zone=first["zone"],
+        instance_type=first["instance_type"],
+        market=first["market"],
+        currency=stretch.currency,
+        price_source=price_source,
+        prices=stretch.prices,
+        notice=notice.time if notice is not None else None,
+        ready=ready,
+        agent_start=agent_start,
+        phases=phases,
+        last_seen=max(e.time for e in stretch.events),
+        identifiers=frozenset(identifiers),
+    )
 
 
 def allocations(
     events: Sequence[Event], *, now: datetime | None = None, heartbeat_s: float | None = None
 ) -> tuple[list[Allocation], list[Gap], list[Problem]]:
-    """Allocations and the gaps between them, per node, from time-sorted events."""
+    """Allocations (the billed stretches of spoteval.billing) and the gaps between them, per node."""
     now = now or utc_now()
     beat = heartbeat_s if heartbeat_s is not None else heartbeat_interval(events)
     by_node: dict[str, list[Event]] = defaultdict(list)
@@ -437,7 +424,16 @@ def allocations(
     gaps: list[Gap] = []
     problems: list[Problem] = []
     for node in sorted(by_node):
-        closed = _node_allocations(node, by_node[node], now, beat, problems)
+        stretches, strays = billing.node_stretches(node, by_node[node])
+        problems.extend(
+            Problem(
+                f"node {node}",
+                "inconsistent",
+                f"{e.kind} event at {format_time(e.time)} outside any allocation (no start before it)",
+            )
+            for e in strays
+        )
+        closed = [_allocation(s, i, now, beat) for i, s in enumerate(stretches, start=1)]
         for prev, nxt in itertools.pairwise(closed):
             if prev.ended_by in UNCENSORED:
                 kind = "capacity"
@@ -448,98 +444,6 @@ def allocations(
             gaps.append(Gap(node, prev.end, max(prev.end, nxt.start), prev.ended_by, kind))
         out.extend(closed)
     return out, gaps, problems
-
-
-def _node_allocations(
-    node: str, events: Sequence[Event], now: datetime, beat: float, problems: list[Problem]
-) -> list[Allocation]:
-    closed: list[Allocation] = []
-    current: _Open | None = None
-    for e in events:
-        if e.kind == "start":
-            if current is not None and current.kind == "measurement" and current.agent_start is None:
-                # the control plane started the node; this is the agent starting on it
-                current.agent_start = e.time
-                current.take(e)
-                continue
-            if current is not None:
-                ended_by = "notice" if current.notice is not None else "lost"
-                closed.append(current.close(current.last_seen, ended_by, None))
-            current = _Open(node, len(closed) + 1, e)
-            continue
-        if current is None:
-            launch = _launch_time(e) if e.kind == "preempted" else None
-            if launch is not None and launch < e.time and (not closed or launch >= closed[-1].end):
-                # taken before its agent could write a start: the provider's event gives the launch
-                opened = _Open(node, len(closed) + 1, e)
-                opened.start, opened.start_reason = launch, None
-                closed.append(opened.close(e.time, "preempted", e.reason))
-                continue
-            if e.kind == "preempted" and closed and closed[-1].ended_by in ("notice", "lost"):
-                # seen from outside after the node had gone quiet: the capacity was taken here
-                last = closed[-1]
-                closed[-1] = replace(
-                    last, end=max(last.end, e.time), ended_by="preempted", end_reason=e.reason
-                )
-                continue
-            problems.append(
-                Problem(
-                    f"node {node}",
-                    "inconsistent",
-                    f"{e.kind} event at {format_time(e.time)} outside any allocation (no start before it)",
-                )
-            )
-            if e.kind in ("heartbeat", "ready"):
-                # still evidence of a running node: open an allocation from it
-                current = _Open(node, len(closed) + 1, e)
-                current.start_reason = None
-                if e.kind == "ready":
-                    current.ready = e.time
-            continue
-        current.take(e)
-        if e.kind == "ready" and current.ready is None:
-            current.ready = e.time
-            current.phases = _numeric_phases(e.details)
-        elif e.kind == "notice" and e.reason != "rebalance_recommendation" and current.notice is None:
-            current.notice = e.time
-            current.notice_reason = e.reason
-        elif e.kind == "preempted" and e.details.get("simulated") is True:
-            # a preemption we forced (restart measurement): we ended it, so it is censored
-            closed.append(current.close(e.time, "stop", "simulated_preemption"))
-            current = None
-        elif e.kind == "preempted":
-            closed.append(current.close(e.time, "preempted", e.reason))
-            current = None
-        elif e.kind == "stop":
-            # A stop after a provider's own notice ends a preemption. A SIGTERM is also what our own
-            # stops look like from inside (the OS shutdown of a measured or user stop): then the
-            # stop decides, and the allocation is censored.
-            provider_notice = current.notice is not None and current.notice_reason != "sigterm"
-            ended_by = "notice" if provider_notice else "stop"
-            closed.append(current.close(e.time, ended_by, e.reason))
-            current = None
-    if current is not None:
-        silent = (now - current.last_seen).total_seconds()
-        if current.notice is not None:
-            closed.append(current.close(current.last_seen, "notice", None))
-        elif silent > LOST_AFTER_HEARTBEATS * beat:
-            closed.append(current.close(current.last_seen, "lost", None))
-        else:
-            closed.append(current.close(current.last_seen, "running", None))
-    for i in range(1, len(closed)):
-        if closed[i].start < closed[i - 1].end:  # a machine boot before the last allocation's end
-            closed[i] = replace(closed[i], start=closed[i - 1].end)
-    return closed
-
-
-def _launch_time(event: Event) -> datetime | None:
-    value = event.details.get("launch_time")
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value)
-    except RecordError:
-        return None
 
 
 def _with_dispatch(allocs: list[Allocation], attempts: Sequence[Attempt]) -> list[Allocation]:

@@ -15,9 +15,10 @@ An *incarnation* is one run of the agent process; every event it writes carries
   `attempts/` matches (by `details.incarnation` and `details.dispatch`) were in flight when it was
   lost, and the next incarnation records them as `interrupted`. It then lists the incarnations it
   checked in its start event's `details.resolved`, so later starts skip them.
-- `billed`: node time of the run from each incarnation's `billed_from` (machine boot on VM
-  providers, else agent start) to its last event, overlaps on one node counted once, and the money
-  at each incarnation's price.
+- `billed`: node time and money of the run as spoteval/billing.py counts them (the grant's checks
+  and the run report count the same): from each start's `billed_from` (machine boot on VM
+  providers, else agent start) to its stop or preemption (or last event), overlaps on one node
+  counted once, at the prices the record logged.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from spoteval import billing
 from spoteval.record import Attempt, Event, RecordError, RunLayout, format_time, parse_time
 from spoteval.store import Store
 
@@ -237,50 +239,20 @@ def lost_attempts(
     return [c for c in candidates if (c.episode_id, c.incarnation, c.dispatch) not in recorded]
 
 
-@dataclass(frozen=True)
-class Interval:
-    node: str
-    start: datetime
-    end: datetime
-    price_per_hour: float | None
-
-
-@dataclass(frozen=True)
-class Billed:
-    seconds: float
-    cost: float | None  # None when some billed time has no known price
-    covered_until: Mapping[str, datetime]  # per node: the end of its last billed interval
+#: The agent's billing view: spoteval/billing.py, the model the grant checks and the report use too.
+Interval = billing.Interval
+Billed = billing.Billed
 
 
 def billed(intervals: Iterable[Interval]) -> Billed:
     """Node time and money of a run: per node, overlapping intervals count once (an agent
     restarted without a reboot shares its machine's bill); different nodes add up."""
-    seconds, cost = 0.0, 0.0
-    priced = True
-    covered: dict[str, datetime] = {}
-    for iv in sorted(intervals, key=lambda i: (i.node, i.start)):
-        begin = max(iv.start, covered.get(iv.node, iv.start))
-        length = max(0.0, (iv.end - begin).total_seconds())
-        seconds += length
-        if iv.price_per_hour is None:
-            priced = priced and length == 0
-        else:
-            cost += iv.price_per_hour * length / 3600.0
-        covered[iv.node] = max(covered.get(iv.node, iv.end), iv.end)
-    return Billed(seconds, cost if priced else None, covered)
+    return billing.total(intervals)
 
 
 def intervals(history: History, fallback_price: float | None) -> list[Interval]:
-    """One billed interval per incarnation: billed_from -> its last event, at its own price."""
-    out: list[Interval] = []
-    for inc in history.incarnations.values():
-        price = inc.price()
-        out.append(
-            Interval(
-                inc.node, inc.billed_from(), inc.last.time, price if price is not None else fallback_price
-            )
-        )
-    return out
+    """The record's billed intervals (spoteval.billing), unpriced time at `fallback_price`."""
+    return billing.agent_intervals(history.events, fallback_price)
 
 
 # --- reading (I/O) ------------------------------------------------------------------------------
