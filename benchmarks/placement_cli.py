@@ -41,7 +41,7 @@ def time_cli(extra: Sequence[str]) -> float:
 
 def time_simulation(repeat: int) -> list[float]:
     from spoteval.placement import EXAMPLE_WORKLOAD, parse_workload
-    from spoteval.simulate import simulate
+    from spoteval.placement.simulate import simulate
 
     workload = parse_workload(EXAMPLE_WORKLOAD)
     simulate(workload)  # warm-up

@@ -260,8 +260,9 @@ class DocumentError(Exception):
     """A file that could not be read as JSON or YAML.
 
     `reason` is "missing", "unreadable" or "malformed"; `detail` the OS error text or the parser's
-    problem; `line`/`column` (1-based) where the parser stopped, when it says; `first_line` the first
-    line of the parser's own message. Callers word the error for their users from these parts.
+    problem; `text` the whole message of the error underneath; `line`/`column` (1-based) where the
+    parser stopped, when it says; `first_line` the first line of the parser's own message. Callers
+    word the error for their users from these parts.
     """
 
     def __init__(
@@ -273,6 +274,7 @@ class DocumentError(Exception):
         line: int | None = None,
         column: int | None = None,
         first_line: str = "",
+        text: str = "",
     ) -> None:
         super().__init__(f"{path}: {reason}: {detail}")
         self.path = path
@@ -281,6 +283,7 @@ class DocumentError(Exception):
         self.line = line
         self.column = column
         self.first_line = first_line or detail
+        self.text = text or detail
 
     @property
     def at(self) -> str:
@@ -293,10 +296,10 @@ def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise DocumentError(path, "missing", exc.strerror or str(exc)) from None
+        raise DocumentError(path, "missing", exc.strerror or str(exc), text=str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         detail = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-        raise DocumentError(path, "unreadable", detail) from None
+        raise DocumentError(path, "unreadable", detail, text=str(exc)) from None
 
 
 def parse_yaml(path: Path, text: str) -> object:

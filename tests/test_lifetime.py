@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from spoteval.lifetime import chi2_quantile, estimate_tau, read_trace, runs_of, tau_interval, trace_runs
 from spoteval.placement import PlacementError
+from spoteval.placement.lifetime import (
+    chi2_quantile,
+    estimate_tau,
+    read_trace,
+    runs_of,
+    tau_interval,
+    trace_runs,
+)
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 V100 = TRACES / "preemption" / "1-node" / "aws-04-22-2023"

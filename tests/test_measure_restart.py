@@ -23,8 +23,9 @@ import boto3
 import pytest
 from mypy_boto3_ec2.client import EC2Client
 
-from scripts.measure_restart import load_inputs, main, parser
+from scripts.measure_restart import main, parser
 from spoteval import standin
+from spoteval.measure import Options
 from spoteval.record import Event, RunLayout, utc_now
 from spoteval.store import Store
 from tests import servers
@@ -560,7 +561,7 @@ def test_stack_reads_pulumi_outputs_and_the_stacks_grant(
     assert plan["grant"]["price_cap"] == 0.5
     assert plan["budget_left"] == pytest.approx(20.0)
     assert node.state() == "running"
-    inputs = load_inputs(parser().parse_args(args))
+    inputs = Options(**vars(parser().parse_args(args))).inputs()
     assert inputs.configured_price == 0.9  # the workload's spot price: used when no API gives one
     assert inputs.provider_block == {"vpc_cidr": "10.42.0.0/16"}
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from scripts import placement as cli
-from spoteval.placement import EXAMPLE_WORKLOAD
+from spoteval.placement import EXAMPLE_WORKLOAD, LoadedWorkload
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = (
@@ -311,11 +311,11 @@ class _MeasuredLifetime:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--measured-tau", type=float)
 
-    def apply(self, args: argparse.Namespace, loaded: cli.LoadedWorkload) -> cli.LoadedWorkload:
+    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload) -> LoadedWorkload:
         if args.measured_tau is None:
             return loaded
         raw = {**loaded.raw, "lifetime_hours": args.measured_tau}
-        return cli.LoadedWorkload(raw=raw, where=loaded.where, source=f"{loaded.source} + measured tau")
+        return LoadedWorkload(raw=raw, where=loaded.where, source=f"{loaded.source} + measured tau")
 
 
 def test_input_hooks_add_options_and_refine_the_workload(

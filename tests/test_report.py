@@ -464,7 +464,7 @@ def test_shared_json_scrubs_identifiers_hidden_in_unknown_values() -> None:
 
 
 def _decide(raw: Any) -> dict[str, Any]:
-    return report_cli.decide(raw)
+    return report.decide(raw)
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -530,7 +530,7 @@ def test_placement_from_run_reads_the_same_record(
 ) -> None:
     from scripts import placement as placement_cli
 
-    monkeypatch.setattr(placement_cli, "INPUT_HOOKS", [report_cli.FromRun()])
+    monkeypatch.setattr(placement_cli, "INPUT_HOOKS", [placement_cli.FromRun()])
     workload = tmp_path / "w.yaml"
     workload.write_text(
         "episodes: 10\nepisode_minutes: 1\nconcurrency: 1\nlifetime_hours: 9\n"
@@ -543,7 +543,7 @@ def test_placement_from_run_reads_the_same_record(
     assert doc["inputs"]["concurrency"] == 4 and doc["inputs"]["episodes"] == 6
     assert doc["inputs"]["prices"]["on_demand"] == 3.4 and doc["inputs"]["prices"]["spot"] < 1
     # the report's own decision is the same document
-    expected = report_cli.decide(report.workload_from_run(built.report, {"prices": {"on_demand": 3.4}}))
+    expected = report.decide(report.workload_from_run(built.report, {"prices": {"on_demand": 3.4}}))
     assert doc["decision"] == expected["decision"] and doc["options"] == expected["options"]
     assert placement_cli.main([str(workload), "--from-run", RUN]) == 2
     assert "--from-run: needs --store" in capsys.readouterr().err
@@ -588,13 +588,11 @@ def test_a_run_without_a_restart_names_what_it_could_not_measure(tmp_path: Path)
         store.put_new(LAYOUT.event(e.time, e.node, seq), e.dumps())
     a = att("e1", 1, "completed", A, 10, 70)
     store.put_new(LAYOUT.attempt("e1", 1), a.dumps())
-    no_wait = report_cli.build(store, RUN, {"prices": {"on_demand": 3.0}}, "prices from the test")
+    no_wait = report.build(store, RUN, {"prices": {"on_demand": 3.0}}, "prices from the test")
     assert no_wait.placement is None
     assert "restart.wait_minutes (no restart after a preemption)" in no_wait.placement_note
     assert "lifetime_hours (no preemption" in no_wait.placement_note
-    given = report_cli.build(
-        store, RUN, {"prices": {"on_demand": 3.0}, "restart": {"wait_minutes": 5}}, "test"
-    )
+    given = report.build(store, RUN, {"prices": {"on_demand": 3.0}, "restart": {"wait_minutes": 5}}, "test")
     assert given.placement is not None and given.placement["decision"] in ("spot", "on_demand")
     assert given.placement_note.startswith(
         "test; not measured in this run, so from there too: lifetime_hours"

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spoteval.lifetime import read_trace
 from spoteval.placement import EXAMPLE_WORKLOAD, PlacementError, Workload, closed_form, parse_workload
-from spoteval.simulate import Empirical, Exponential, Fixed, StrategyResult, simulate
+from spoteval.placement.lifetime import read_trace
+from spoteval.placement.simulate import Empirical, Exponential, Fixed, StrategyResult, simulate
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 V100_TRACE = TRACES / "preemption" / "1-node" / "aws-04-22-2023" / "us-west-2b_v100_1.json"

@@ -54,7 +54,8 @@ from typing import Any, Final, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from spoteval.placement import PlacementError, Workload, closed_form
+from spoteval.placement.model import closed_form
+from spoteval.placement.workload import PlacementError, Workload
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

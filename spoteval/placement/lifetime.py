@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from spoteval.placement import PlacementError
+from spoteval.placement.workload import PlacementError
 
 FEW_PREEMPTIONS = 5
 

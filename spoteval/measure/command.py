@@ -1,0 +1,166 @@
+"""`python -m scripts.measure_restart` as one call: the plan, or the measurement and its report."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from spoteval.clouds import (
+    PlaneConfig,
+    open_plane,
+)
+from spoteval.measure.cycle import Measurement, Timeouts
+from spoteval.measure.inputs import Inputs, load_inputs
+from spoteval.measure.phases import GCP_KEY_ENV, PROG, MeasureError
+from spoteval.measure.probe import read_events
+from spoteval.measure.render import plot, print_plan, print_report
+from spoteval.record import RunLayout
+from spoteval.store import Store
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line asks for (the options of `python -m scripts.measure_restart`)."""
+
+    stack: str | None = None
+    outputs: str | None = None
+    grant: str | None = None
+    stacks_dir: str = "stacks"
+    node: str | None = None
+    cycles: int = 3
+    mode: str = "stop-start"
+    health_url: str | None = None
+    yes: bool = False
+    leave: str = "stopped"
+    json: bool = False
+    plot: str | None = None
+    wait_ready: bool = False
+    price: float | None = None
+    fis_template: str | None = None
+    gcp_project: str | None = None
+    azure_subscription: str | None = None
+    azure_resource_group: str | None = None
+    k8s_namespace: str | None = None
+    k8s_deployment: str | None = None
+    poll: float = 5.0
+    stop_timeout: float = 900.0
+    start_timeout: float = 1800.0
+    serve_timeout: float = 1800.0
+    ready_timeout: float = 900.0
+
+    def inputs(self) -> Inputs:
+        return load_inputs(
+            stack=self.stack, outputs=self.outputs, grant=self.grant, stacks_dir=self.stacks_dir
+        )
+
+
+def run(options: Options, out: Console, err: Console) -> int:
+    """Show the plan, or (with `yes`) measure and report; the exit code."""
+    inputs = options.inputs()
+    outputs, grant = inputs.outputs, inputs.grant
+    node = options.node or outputs.node_ids[0]
+    if node not in outputs.node_ids:
+        raise MeasureError(
+            f"--node {node!r} is not among the stack's node_ids: {', '.join(outputs.node_ids)}"
+        )
+    grant.check_region(outputs.region, "outputs.region")
+    grant.check_instance_type(outputs.instance_type, "outputs.instance_type")
+    if options.mode == "preempt" and outputs.provider == "aws" and not options.fis_template:
+        raise MeasureError(
+            "--mode preempt on aws needs --fis-template ID (aws:ec2:send-spot-instance-interruptions)"
+        )
+    block = inputs.provider_block
+
+    def from_block(key: str) -> str | None:
+        value = block.get(key)
+        return value if isinstance(value, str) and value else None
+
+    config = PlaneConfig(
+        configured_price=options.price if options.price is not None else inputs.configured_price,
+        currency=grant.currency,
+        poll_s=options.poll,
+        fis_template_id=options.fis_template,
+        gcp_billing_api_key=os.environ.get(GCP_KEY_ENV) or None,
+        gcp_project=options.gcp_project or from_block("project"),
+        azure_subscription=options.azure_subscription,
+        azure_resource_group=options.azure_resource_group or from_block("resource_group"),
+        k8s_namespace=options.k8s_namespace or from_block("namespace"),
+        k8s_deployment=options.k8s_deployment,
+    )
+    plane = open_plane(outputs, node, config)
+    store = Store(outputs.bucket_url)
+    timeouts = Timeouts(
+        options.stop_timeout, options.start_timeout, options.serve_timeout, options.ready_timeout
+    )
+
+    state = plane.state()
+    price = plane.price_now()
+    layout = RunLayout(outputs.run_id)
+    budget_left = None
+    if grant.budget is not None:
+        events = read_events(store, store.list(layout.events_prefix), err)
+        budget_left = grant.budget_left(events, fallback_price=price.per_hour)
+    hours = options.cycles * timeouts.cycle_hours(options.wait_ready)
+    plan = {
+        "node": node,
+        "provider": outputs.provider,
+        "region": outputs.region,
+        "zone": outputs.zone,
+        "instance_type": outputs.instance_type,
+        "market": outputs.market,
+        "state_now": state.raw if state.raw == state.status else f"{state.status} ({state.raw})",
+        "mode": options.mode,
+        "cycles": options.cycles,
+        "leave": options.leave,
+        "price_now": price.to_json(),
+        "currency": price.currency,
+        "max_billed_hours": round(hours, 4),
+        "most_it_can_cost": hours * price.per_hour if price.per_hour is not None else None,
+        "grant": grant.to_json(),
+        "budget_left": budget_left,
+        "record": store.join(layout.events_prefix),
+    }
+    if not options.yes:
+        if options.json:
+            print(json.dumps({"plan": plan, "changed": False}, indent=2))
+        else:
+            print_plan(plan, out)
+        return 0
+    if state.status == "terminated":
+        raise MeasureError(f"node {node} is {state.raw}: nothing to measure")
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
+    ) as progress:
+        measurement = Measurement(
+            plane,
+            outputs,
+            grant,
+            store,
+            mode=options.mode,
+            cycles=options.cycles,
+            leave=options.leave,
+            timeouts=timeouts,
+            health_url=options.health_url,
+            wait_ready=options.wait_ready,
+            poll_s=options.poll,
+            progress=progress,
+            console=err,
+        )
+        measurement.last_price = price
+        code = measurement.run()
+    report = measurement.report()
+    if options.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report, out)
+    if options.plot and report["cycles"]:
+        plot(report, Path(options.plot))
+    if code:
+        err.print(f"{PROG}: {report['outcome']}: {report['error']}")
+    return code

@@ -1,0 +1,143 @@
+"""`python -m scripts.report` as one call: where the run is, what the record cannot know, what to print.
+
+`run_report(...)` finds the store and run (given, or from a stack's outputs), the base workload (a
+file, the stack's `spot-eval:workload` block, or the built-in example), builds the report with its
+next placement, writes the plot if asked and returns the text or JSON to print. Bad input is a
+`UsageError` (one line); the store's problems are `ReportError`s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spoteval import placement
+from spoteval.config_reader import DocumentError, read_document
+from spoteval.report.as_json import report_json
+from spoteval.report.as_text import render
+from spoteval.report.next_run import build
+from spoteval.report.plot import plot_timeline
+from spoteval.stack import (
+    StackOutputError,
+    pulumi_stack_output,
+    read_json,
+    read_stack_document,
+    stack_file,
+    stack_settings,
+)
+from spoteval.store import Store, StoreError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class UsageError(Exception):
+    """Bad input: names the argument, file or key."""
+
+
+def _read_json(path: str) -> Any:
+    try:
+        return read_json(Path(path))
+    except DocumentError as exc:
+        if exc.reason == "malformed":
+            raise UsageError(f"{path}: not JSON: {exc.detail}") from None
+        raise UsageError(f"{path}: cannot read: {exc.detail}") from None
+
+
+def _pulumi_outputs(stack: str) -> Any:
+    try:
+        return pulumi_stack_output(stack, cwd=REPO)
+    except StackOutputError as exc:
+        if exc.reason == "no-cli":
+            raise UsageError(
+                f"--stack {stack}: the pulumi CLI is not on PATH; save the outputs with "
+                "`pulumi stack output --json` and pass --outputs FILE.json"
+            ) from None
+        if exc.reason == "not-json":
+            raise UsageError(f"--stack {stack}: pulumi stack output is not JSON: {exc.detail}") from None
+        first = (exc.stderr.strip().splitlines() or [exc.detail or "no output"])[0]
+        raise UsageError(f"--stack {stack}: pulumi stack output failed: {first}") from None
+
+
+def stack_outputs(stack: str, outputs_file: str | None) -> Mapping[str, Any]:
+    """The stack's outputs, from a saved file or from the Pulumi CLI."""
+    data = _read_json(outputs_file) if outputs_file else _pulumi_outputs(stack)
+    if not isinstance(data, dict):
+        raise UsageError(f"--stack {stack}: the outputs are not a JSON object")
+    for key in ("bucket_url", "run_id"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise UsageError(f"--stack {stack}: the outputs have no {key!r}")
+    return data
+
+
+def stack_workload(stack: str) -> Mapping[str, Any] | None:
+    """The `spot-eval:workload` block of stacks/Pulumi.NAME.yaml, when the file has one."""
+    path = stack_file(REPO / "stacks", stack)
+    if not path.exists():
+        return None
+    try:
+        doc = read_stack_document(path)
+    except DocumentError as exc:
+        raise UsageError(f"{path}: not YAML: {exc.first_line}") from None
+    block = stack_settings(doc).get("workload")
+    return block if isinstance(block, dict) else None
+
+
+def read_workload(path: str) -> Mapping[str, Any]:
+    try:
+        doc = read_document(Path(path))
+    except DocumentError as exc:
+        if exc.reason == "malformed":
+            raise UsageError(f"{path}: not YAML: {exc.first_line}") from None
+        raise UsageError(f"{path}: cannot read: {exc.detail}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: a workload is a mapping of keys")
+    return doc
+
+
+def run_report(
+    *,
+    store: str | None,
+    run: str | None,
+    stack: str | None,
+    outputs: str | None,
+    workload: str | None,
+    shared: bool,
+    as_json: bool,
+    plot: str | None,
+) -> str:
+    """The report the command line asks for, as the text to print."""
+    base: Mapping[str, Any] | None = None
+    base_source = ""
+    if stack:
+        if store or run:
+            raise UsageError("--stack replaces --store and --run: give one or the other")
+        found = stack_outputs(stack, outputs)
+        url, run_id = str(found["bucket_url"]), str(found["run_id"])
+        base = stack_workload(stack)
+        if base is not None:
+            base_source = f"prices, deadline and grant from stacks/Pulumi.{stack}.yaml"
+    else:
+        if not store or not run:
+            raise UsageError("give --store URL and --run ID (or --stack NAME)")
+        url, run_id = store, run
+    if workload:
+        base = read_workload(workload)
+        base_source = f"prices, deadline and grant from {workload}"
+    if base is None:
+        base = {k: v for k, v in placement.EXAMPLE_WORKLOAD.items() if k not in ("lifetime_hours",)}
+        base_source = "prices, deadline and grant from the built-in example workload (give --workload FILE)"
+    try:
+        opened = Store(url)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    rep = build(opened, run_id, base, base_source)
+    if plot:
+        try:
+            plot_timeline(rep, plot, shared=shared)
+        except OSError as exc:
+            raise UsageError(f"--plot {plot}: {exc.strerror or exc}") from None
+    if as_json:
+        return json.dumps(report_json(rep, shared=shared), indent=2, sort_keys=True) + "\n"
+    return render(rep, shared=shared)
