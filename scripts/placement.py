@@ -7,7 +7,7 @@
 The workload comes from a YAML file, from the `spot-eval:workload` block of
 `stacks/Pulumi.NAME.yaml` (`--stack NAME`), or, with neither, from the built-in example. The
 closed form of `spoteval.placement` gives each option's expected cost, wall time and efficiency; a
-Monte-Carlo of the same workload (`spoteval.simulate`, 2000 runs by default) gives spot's
+Monte-Carlo of the same workload (`spoteval.placement.simulate`, 2000 runs by default) gives spot's
 probability of meeting the deadline and the cost spread of every strategy. `--trace` replays the
 lifetimes and capacity waits of a spot trace in the simulation and estimates tau from it.
 

@@ -24,9 +24,9 @@ the mean suggests, so the mean is never plugged into the exponential.
 
 What the closed form leaves out: the spot formula treats the node as already up at the start (the
 first boot is not counted, an error of about B billed hours), it uses the fluid round count n = N / C
-(a last partial round counts as a fraction), and it assumes exponential lifetimes. `spoteval.simulate`
-runs the same workload with discrete episodes, the first boot and any lifetime distribution, and
-gives the probability of meeting the deadline, which the closed form does not.
+(a last partial round counts as a fraction), and it assumes exponential lifetimes.
+`spoteval.placement.simulate` runs the same workload with discrete episodes, the first boot and any
+lifetime distribution, and gives the probability of meeting the deadline, which the closed form does not.
 
 The decision
 ------------
@@ -266,9 +266,9 @@ def _why_not(
 def place(workload: Workload, spot_p_deadline: float | None = None, runs: int | None = None) -> Placement:
     """Decide where to run `workload`.
 
-    `spot_p_deadline` is the probability that pure spot meets the deadline (from `spoteval.simulate`,
-    over `runs` runs); without a deadline it is not needed. With a deadline and no probability, spot
-    is not eligible (its deadline risk is unknown).
+    `spot_p_deadline` is the probability that pure spot meets the deadline (from
+    `spoteval.placement.simulate`, over `runs` runs); without a deadline it is not needed. With a
+    deadline and no probability, spot is not eligible (its deadline risk is unknown).
     """
     estimates = closed_form(workload)
     deadline = workload.deadline_hours

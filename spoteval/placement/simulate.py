@@ -12,7 +12,7 @@ one thing the closed form leaves out (it adds tau * (exp(B/tau) - 1), about B, b
 for large N the simulated mean agrees with the closed form.
 
 - Lifetimes L_k: exponential with mean tau (the closed form's assumption), or replayed from a trace
-  (`Empirical` over the lifetimes of `spoteval.lifetime.read_trace`): each allocation's lifetime is
+  (`Empirical` over the lifetimes of `spoteval.placement.lifetime.read_trace`): each allocation's lifetime is
   drawn independently from the trace's observed (uncensored) lifetimes, and each wait from its
   observed capacity waits. This keeps the lifetime distribution (its heavy tail of short lifetimes)
   but not the order of the trace (correlations between successive lifetimes are lost).

@@ -6,15 +6,17 @@ Everything here is computed from the record in the store (read through `spoteval
 1. `load_run(store, run_id)` reads the manifest, events, attempts and results. Reading is lenient:
    an object that cannot be parsed, or that carries an unknown kind, reason, outcome or field, becomes
    a `Problem` in the report; nothing in the record can make the report fail.
-2. `allocations(...)` turns each node's events into allocations: a `start` opens one; a `preempted`
-   or `stop` event closes it, as does the node's next `start`. A `notice` (other than a rebalance
-   recommendation) marks it preempted. An allocation with neither notice nor stop that was followed
-   by another start, or that has been silent for longer than three heartbeat intervals, was lost
-   without notice: its end is bounded by its last event (usually a heartbeat). Allocations we ended
-   ourselves (`stop`) and allocations still running are censored for the lifetime estimate. A
-   `preempted` event seen from outside with `details.launch_time` and no start before it is a node
-   taken while booting, before its agent could write anything: an allocation from that launch.
-3. `analyse(record)` adds tau (exponential MLE with censoring, from `spoteval.lifetime`), S_wait
+2. `allocations(...)` turns each node's events into allocations, the billed stretches of
+   spoteval/billing.py (the model the agent's budget rule and the grant's checks use too): a `start`
+   opens one; a `preempted` or `stop` event closes it, as does the node's next `start`. A `notice`
+   (other than a rebalance recommendation) marks it preempted. An allocation with neither notice nor
+   stop that was followed by another start, or that has been silent for longer than three heartbeat
+   intervals, was lost without notice: its end is bounded by its last event (usually a heartbeat).
+   Allocations we ended ourselves (`stop`) and allocations still running are censored for the
+   lifetime estimate. A `preempted` event seen from outside with `details.launch_time` and no start
+   before it is a node taken while booting, before its agent could write anything: an allocation
+   from that launch.
+3. `analyse(record)` adds tau (exponential MLE with censoring, from `spoteval.placement.lifetime`), S_wait
    (preemption -> next start) and S_boot (start -> ready -> first episode dispatched, plus the
    phases the agent reports in `ready`), from the run's own restarts and from restart measurements,
    episode outcomes, the work interrupted attempts lost, cost (each allocation's logged price x its
@@ -26,6 +28,10 @@ Everything here is computed from the record in the store (read through `spoteval
 `render(report)` prints the private report; `render(report, shared=True)` and
 `report_json(report, shared=True)` carry the method and measurements without instance ids,
 addresses, bucket or account names, run or node ids, or absolute prices.
+
+Modules: load.py (1), allocation.py (2), analysis.py (3, with the statistics), next_run.py (4, and
+`build`: the report with its next placement), redact.py (the shared view), as_json.py, as_text.py,
+plot.py, command.py (what `python -m scripts.report` does).
 """
 
 from __future__ import annotations

@@ -183,7 +183,8 @@ def _concurrency(events: Sequence[Event], attempts: Sequence[Attempt]) -> tuple[
 
 
 def estimate_tau(allocs: Sequence[Allocation], confidence: float = CONFIDENCE) -> Tau | None:
-    """tau from allocation lifetimes, through `spoteval.lifetime` (stopped and running: censored)."""
+    """tau from allocation lifetimes, through `spoteval.placement.lifetime` (stopped and running:
+    censored)."""
     if not allocs or sum(a.seconds for a in allocs) <= 0:
         return None
     est = lifetime.estimate_tau(
@@ -372,13 +373,13 @@ def analyse(
     )
 
 
-#: The source name the restart measurement (scripts/measure_restart.py) writes into its events.
+#: The source name the restart measurement (spoteval/measure) writes into its events.
 MEASUREMENT_SOURCE: Final = "measure_restart"
 
 
 def measurement_cycles(events: Iterable[Event]) -> list[dict[str, Any]]:
     """The restart measurement's cycles, as it records each one: a heartbeat whose details carry
-    `measured` (phase -> seconds), `s_wait_s` and `s_boot_s` (see scripts/measure_restart.py)."""
+    `measured` (phase -> seconds), `s_wait_s` and `s_boot_s` (see spoteval/measure)."""
     out: list[dict[str, Any]] = []
     for e in events:
         d = e.details
