@@ -18,9 +18,8 @@ from spoteval.placement.lifetime import (
     trace_runs,
 )
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
 V100 = TRACES / "preemption" / "1-node" / "aws-04-22-2023"
-needs_traces = pytest.mark.skipif(not V100.is_dir(), reason=f"trace files not found at {TRACES}")
 
 
 def test_chi_square_quantiles_match_the_tables() -> None:
@@ -108,7 +107,6 @@ def test_a_leading_wait_is_dropped_and_a_trailing_wait_is_censored() -> None:
     assert runs.censored_lifetime_hours is None
 
 
-@needs_traces
 @pytest.mark.parametrize(
     ("zone", "preemptions", "tau"),
     [("us-west-2b", 45, 0.817), ("us-east-1c", 41, 2.97), ("us-east-1f", 60, 1.21), ("us-west-2c", 58, 0.82)],

@@ -17,7 +17,7 @@ from spoteval.placement import EXAMPLE_WORKLOAD, LoadedWorkload
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = (
-    REPO.parent / "shared" / "traces" / "preemption" / "1-node" / "aws-04-22-2023" / "us-west-2b_v100_1.json"
+    REPO / "tests" / "data" / "traces" / "preemption" / "1-node" / "aws-04-22-2023" / "us-west-2b_v100_1.json"
 )
 
 
@@ -280,7 +280,6 @@ def test_plot_to_an_unwritable_place_is_bad_input(capsys: pytest.CaptureFixture[
     assert capsys.readouterr().err.startswith("error: --plot: cannot write")
 
 
-@pytest.mark.skipif(not TRACE.is_file(), reason=f"trace file not found: {TRACE}")
 def test_trace_replay_reports_the_trace_and_its_warnings(capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = run_json(capsys, "--trace", str(TRACE))
     assert code == 3  # the V100 trace's lifetimes make spot miss the 24 h deadline; the cap excludes the rest

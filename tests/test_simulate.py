@@ -13,7 +13,7 @@ from spoteval.placement import EXAMPLE_WORKLOAD, PlacementError, Workload, close
 from spoteval.placement.lifetime import read_trace
 from spoteval.placement.simulate import Empirical, Exponential, Fixed, StrategyResult, simulate
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
 V100_TRACE = TRACES / "preemption" / "1-node" / "aws-04-22-2023" / "us-west-2b_v100_1.json"
 
 
@@ -307,8 +307,6 @@ def test_simulation_json_carries_every_strategy() -> None:
 
 # --- trace replay ---------------------------------------------------------------------------------
 
-needs_traces = pytest.mark.skipif(not V100_TRACE.is_file(), reason=f"trace files not found at {TRACES}")
-
 
 def test_empirical_draws_only_observed_values() -> None:
     values = (0.5, 1.5, 7.0)
@@ -317,7 +315,6 @@ def test_empirical_draws_only_observed_values() -> None:
     assert Empirical(values).mean == pytest.approx(3.0)
 
 
-@needs_traces
 def test_trace_replay_runs_on_the_trace_lifetimes_and_waits() -> None:
     trace = read_trace(V100_TRACE)
     lifetimes, waits = np.array(trace.lifetimes_hours), np.array(trace.waits_hours)
@@ -345,7 +342,6 @@ def test_trace_replay_runs_on_the_trace_lifetimes_and_waits() -> None:
     assert unbilled == pytest.approx(spot.mean_preemptions * waits.mean(), rel=0.01)
 
 
-@needs_traces
 def test_trace_replay_is_not_the_exponential_model() -> None:
     # the same mean lifetime, other shape: the replay's numbers differ from the closed form's
     trace = read_trace(V100_TRACE)
