@@ -3,6 +3,8 @@
     workload.py   what a user writes, parsed (`parse_workload`, `Workload`, `EXAMPLE_WORKLOAD`)
     model.py      the closed form and the decision rule (`closed_form`, `place`, `break_even`)
     simulate.py   the Monte-Carlo of the same workload (discrete episodes, any lifetime distribution)
+    samplers.py   durations for it: fixed, exponential, or drawn from observed values
+    engine.py     its two vectorised engines
     lifetime.py   tau from lifetimes with censoring, and reading spot traces
     decision.py   `decide`: simulation + closed form + cross-check, as the CLI and the report make it
     inputs.py     where a workload comes from (file, stack, example)

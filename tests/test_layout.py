@@ -1,0 +1,197 @@
+"""The layout's rules: no import circle among the project's modules, and no module too long to read.
+
+Modules are the Python files of the project outside tests/ (spoteval/, components/, scripts/,
+benchmarks/, __main__.py). An import is an edge to the project module it names (`from a.b import c`
+names `a.b.c` when that is a module, else `a.b`), wherever it is written, inside functions too; imports
+under `if TYPE_CHECKING:` are left out (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = ("spoteval", "components", "scripts", "benchmarks")
+MAX_LINES = 600
+MAX_SCRIPT_LINES = 200
+
+#: Modules over a limit today that other parts of the layout work own: components/ and
+#: spoteval/providers.py (the Pulumi side), the agent loop and the drill (the node side), and two that
+#: no part of it names yet (spoteval/record.py, scripts/plan.py). The tests of these are expected
+#: failures until those parts are merged; then they pass (strict: an unexpected pass fails) and the
+#: lists and the marks go.
+WAIVED_SIZES = frozenset(
+    {
+        "components/aws.py",
+        "components/azure.py",
+        "components/settings.py",
+        "scripts/plan.py",
+        "spoteval/agent/loop.py",
+        "spoteval/drill.py",
+        "spoteval/providers.py",
+        "spoteval/record.py",
+    }
+)
+#: Modules in an import circle today that another part owns: the control planes' package imports its
+#: provider modules, which import it back (the node side gives them a base module).
+WAIVED_CYCLES = frozenset({"spoteval/clouds/__init__.py"})
+#: Scripts that import another script today, owned by another part (the drill: the node side; the
+#: report it builds is `spoteval.report.build`).
+WAIVED_SCRIPT_IMPORTS = frozenset({"scripts/drill.py"})
+
+
+def project_files() -> list[Path]:
+    files = [REPO / "__main__.py"]
+    for root in ROOTS:
+        files.extend(sorted((REPO / root).rglob("*.py")))
+    return [f for f in files if "__pycache__" not in f.parts]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) or "__main__"
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for other in node.orelse:
+                yield from _imports(ast.Module(body=[other], type_ignores=[]))
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        yield from _imports(node)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {module_name(f): f for f in project_files()}
+    packages = {name for name, f in modules.items() if f.name == "__init__.py"}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if name in packages else name.rpartition(".")[0]
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def oversized() -> dict[str, int]:
+    out: dict[str, int] = {}
+    for path in project_files():
+        rel = path.relative_to(REPO).as_posix()
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        limit = MAX_SCRIPT_LINES if rel.startswith("scripts/") else MAX_LINES
+        if lines > limit:
+            out[rel] = lines
+    return out
+
+
+def _path_of(module: str) -> str:
+    return {module_name(f): f.relative_to(REPO).as_posix() for f in project_files()}[module]
+
+
+def test_the_graph_sees_the_project_and_its_imports() -> None:
+    graph = import_graph()
+    assert "spoteval.placement" in graph and "scripts.placement" in graph
+    assert "spoteval.placement.model" in graph["spoteval.placement.decision"]
+    assert "spoteval.report" in graph["scripts.report"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circle_among_project_modules() -> None:
+    found = [c for c in cycles(import_graph()) if not {_path_of(m) for m in c} & WAIVED_CYCLES]
+    assert found == []
+
+
+@pytest.mark.xfail(
+    strict=True, reason=f"another part of the layout work owns {', '.join(sorted(WAIVED_CYCLES))}"
+)
+def test_no_import_circle_through_the_modules_other_parts_change() -> None:
+    assert [c for c in cycles(import_graph()) if {_path_of(m) for m in c} & WAIVED_CYCLES] == []
+
+
+def script_imports() -> dict[str, list[str]]:
+    """Per script (path), the other scripts it imports (module names)."""
+    graph = import_graph()
+    scripts = {m for m in graph if m.startswith("scripts.")}
+    return {_path_of(m): sorted(graph[m] & scripts) for m in sorted(scripts) if graph[m] & scripts}
+
+
+def test_no_script_imports_another() -> None:
+    assert {p: m for p, m in script_imports().items() if p not in WAIVED_SCRIPT_IMPORTS} == {}
+
+
+@pytest.mark.xfail(
+    strict=True, reason=f"another part of the layout work owns {', '.join(WAIVED_SCRIPT_IMPORTS)}"
+)
+def test_no_script_another_part_owns_imports_another() -> None:
+    assert {p: m for p, m in script_imports().items() if p in WAIVED_SCRIPT_IMPORTS} == {}
+
+
+def test_no_module_over_600_lines_and_no_script_over_200() -> None:
+    assert {path: n for path, n in oversized().items() if path not in WAIVED_SIZES} == {}
+
+
+@pytest.mark.xfail(
+    strict=True, reason=f"other parts of the layout work split these: {', '.join(sorted(WAIVED_SIZES))}"
+)
+def test_the_modules_other_parts_split_are_within_the_limits_too() -> None:
+    assert {path: n for path, n in oversized().items() if path in WAIVED_SIZES} == {}
