@@ -54,19 +54,9 @@ class _Parser(argparse.ArgumentParser):
 def run(argv: Sequence[str] | None) -> int:
     parser = _parser()
     parser.__class__ = _Parser
-    args = parser.parse_args(argv)
-    sys.stdout.write(
-        run_report(
-            store=args.store,
-            run=args.run,
-            stack=args.stack,
-            outputs=args.outputs,
-            workload=args.workload,
-            shared=args.shared,
-            as_json=args.json,
-            plot=args.plot,
-        )
-    )
+    options = vars(parser.parse_args(argv))
+    options["as_json"] = options.pop("json")
+    sys.stdout.write(run_report(**options))
     return 0
 
 

@@ -46,8 +46,30 @@ from spoteval.record import Event, RecordError, parse_time
 CLOSED_BY: Final = ("stop", "preempted", "simulated_preemption", "next_start", "open", "now")
 
 
+class PricedTime:
+    """Billed time from `start` to `end` at the logged `prices`: its length, first price and cost."""
+
+    start: datetime
+    end: datetime
+    prices: tuple[tuple[datetime, float], ...]
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+    @property
+    def price(self) -> float | None:
+        """The price in force at the start (the first one logged)."""
+        return self.prices[0][1] if self.prices else None
+
+    @property
+    def cost(self) -> float | None:
+        """Price x billed time, following every price change logged; None without a price."""
+        return priced_cost(self.start, self.end, self.prices)
+
+
 @dataclass(frozen=True)
-class Stretch:
+class Stretch(PricedTime):
     """One node holding capacity, as billed: from `start` (machine boot where known) to `end`."""
 
     node: str
@@ -67,23 +89,9 @@ class Stretch:
     #: the bill began before the opening start event, as the record says (`billed_from`, boot time)
     from_boot: bool = False
 
-    @property
-    def seconds(self) -> float:
-        return max(0.0, (self.end - self.start).total_seconds())
-
-    @property
-    def price(self) -> float | None:
-        """The first price logged (in force from the start)."""
-        return self.prices[0][1] if self.prices else None
-
     def segments(self) -> list[tuple[datetime, datetime, float | None]]:
         """(begin, end, price per hour) pieces of the stretch, split where the price changed."""
         return segments(self.start, self.end, self.prices)
-
-    @property
-    def cost(self) -> float | None:
-        """Price x billed time, following every price change logged; None without a price."""
-        return priced_cost(self.start, self.end, self.prices)
 
 
 def segments(

@@ -8,9 +8,8 @@ previous incarnation's), and a restart measurement (the control plane's start, t
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,35 +18,10 @@ from spoteval.agent import history as hist
 from spoteval.grant import Grant
 from spoteval.record import Event, RunLayout, format_time
 from spoteval.store import Store
+from tests.test_report import RUN, T0, at, ev
 
-RUN = "r-bill"
-T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(hours=3)
 N1, N2 = "i-0pool01", "i-0pool02"
-
-
-def at(s: float) -> datetime:
-    return T0 + timedelta(seconds=s)
-
-
-def ev(
-    s: float, node: str, kind: str, reason: str | None = None, price: float | None = None, **details: Any
-) -> Event:
-    return Event(
-        time=at(s),
-        run_id=RUN,
-        node=node,
-        kind=kind,
-        reason=reason,
-        provider="aws",
-        region="us-east-1",
-        instance_type="g6.xlarge",
-        market="spot",
-        price_per_hour=price,
-        currency="USD" if price is not None else None,
-        price_source="api" if price is not None else "unknown",
-        details=details,
-    )
 
 
 def agent_start(s: float, node: str, reason: str, price: float, boot: float, inc: str) -> Event:

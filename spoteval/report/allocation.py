@@ -31,8 +31,9 @@ UNCENSORED: Final = frozenset({"preempted", "notice", "lost"})
 
 
 @dataclass(frozen=True)
-class Allocation:
-    """One stretch of a node holding capacity: from a start to the end the record shows."""
+class Allocation(billing.PricedTime):
+    """One stretch of a node holding capacity: from a start to the end the record shows (its length,
+    first price and cost: spoteval.billing)."""
 
     node: str
     index: int
@@ -62,15 +63,6 @@ class Allocation:
     def censored(self) -> bool:
         return self.ended_by not in UNCENSORED
 
-    @property
-    def seconds(self) -> float:
-        return max(0.0, (self.end - self.start).total_seconds())
-
-    @property
-    def price(self) -> float | None:
-        """The price in force at the start (the first one logged)."""
-        return self.prices[0][1] if self.prices else None
-
     def price_at(self, t: datetime) -> float | None:
         """The price in force at time `t` (the last one logged at or before it)."""
         price = None
@@ -78,11 +70,6 @@ class Allocation:
             if when <= t or price is None:
                 price = p
         return price
-
-    @property
-    def cost(self) -> float | None:
-        """Price x billed interval, following every price change the record logged."""
-        return billing.priced_cost(self.start, self.end, self.prices)
 
     @property
     def boot_s(self) -> float | None:
