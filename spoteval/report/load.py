@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from functools import partial
+from typing import Final, TypeVar
 
 from spoteval.record import (
     Attempt,
@@ -71,6 +72,25 @@ def _categorise(message: str) -> str:
     return "invalid"
 
 
+_Parsed = TypeVar("_Parsed", Event, Attempt)
+
+
+def _parsed(
+    key: str, what: str, loads: Callable[[], tuple[_Parsed, list[str]]], problems: list[Problem]
+) -> _Parsed | None:
+    """One object of the record, or None when it cannot be read; its problems added to `problems`."""
+    try:
+        obj, found = loads()
+    except RecordError as exc:
+        problems.append(Problem(key, "malformed", str(exc)))
+        return None
+    problems.extend(Problem(key, _categorise(m), m) for m in found)
+    if obj.extra:
+        names = ", ".join(sorted(obj.extra))
+        problems.append(Problem(key, "unknown_field", f"unknown {what} fields: {names}"))
+    return obj
+
+
 def parse_record(
     run_id: str, objects: Mapping[str, bytes], store_url: str = "", manifest: bytes | None = None
 ) -> RunRecord:
@@ -92,15 +112,9 @@ def parse_record(
     for key in sorted(objects):
         data = objects[key]
         if key.startswith(layout.events_prefix):
-            try:
-                event, found = Event.loads(data)
-            except RecordError as exc:
-                problems.append(Problem(key, "malformed", str(exc)))
+            event = _parsed(key, "event", partial(Event.loads, data), problems)
+            if event is None:
                 continue
-            problems.extend(Problem(key, _categorise(m), m) for m in found)
-            if event.extra:
-                names = ", ".join(sorted(event.extra))
-                problems.append(Problem(key, "unknown_field", f"unknown event fields: {names}"))
             if event.run_id != run_id:
                 problems.append(Problem(key, "inconsistent", "event names another run"))
             if not event.node:
@@ -109,15 +123,9 @@ def parse_record(
             events.append((event.time, key, event))
         elif key.startswith(layout.attempts_prefix):
             where = layout.attempt_of_key(key)
-            try:
-                attempt, found = Attempt.loads(data)
-            except RecordError as exc:
-                problems.append(Problem(key, "malformed", str(exc)))
+            attempt = _parsed(key, "attempt", partial(Attempt.loads, data), problems)
+            if attempt is None:
                 continue
-            problems.extend(Problem(key, _categorise(m), m) for m in found)
-            if attempt.extra:
-                names = ", ".join(sorted(attempt.extra))
-                problems.append(Problem(key, "unknown_field", f"unknown attempt fields: {names}"))
             if where is None:
                 problems.append(Problem(key, "inconsistent", "attempt object outside the layout"))
             elif where != (attempt.episode_id, attempt.attempt):
@@ -127,15 +135,9 @@ def parse_record(
             attempts.append(attempt)
         elif key.startswith(layout.results_prefix):
             episode = layout.episode_of_result(key)
-            try:
-                result, found = Attempt.loads(data, as_result=True)
-            except RecordError as exc:
-                problems.append(Problem(key, "malformed", str(exc)))
+            result = _parsed(key, "result", partial(Attempt.loads, data, as_result=True), problems)
+            if result is None:
                 continue
-            problems.extend(Problem(key, _categorise(m), m) for m in found)
-            if result.extra:
-                names = ", ".join(sorted(result.extra))
-                problems.append(Problem(key, "unknown_field", f"unknown result fields: {names}"))
             if episode is None or episode != result.episode_id:
                 problems.append(Problem(key, "inconsistent", "result's episode differs from its key"))
             results[episode or result.episode_id] = result
