@@ -35,6 +35,7 @@ from components.runpod_provider import InterruptiblePod, NetworkVolume
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import Settings
 from components.startup import NODE_ID_PLACEHOLDER, OBSTORE_REQUIREMENT, object_url, server_command
+from spoteval.agent.config import build_agent_config
 
 WORKSPACE: Final = "/workspace"
 CACHE_DIR: Final = f"{WORKSPACE}/spot-eval-cache"
@@ -47,46 +48,35 @@ def agent_config(settings: Settings) -> dict[str, Any]:
     """The node agent's config for this pod (spoteval/agent/config.py); the pod fills in its id."""
     assert settings.runpod is not None
     rp = settings.runpod
-    stop_rules: dict[str, Any] = {"on_done": settings.stop.on_done}
-    if settings.stop.max_runtime_s is not None:
-        stop_rules["max_runtime_s"] = settings.stop.max_runtime_s
-    if settings.stop.idle_s is not None:
-        stop_rules["idle_s"] = settings.stop.idle_s
-    if settings.grant.budget is not None:
-        stop_rules["budget"] = settings.grant.budget
-    config: dict[str, Any] = {
-        "run_id": settings.run_id,
-        "store": rp.bucket_url,
-        "store_options": {"endpoint": rp.s3_endpoint, "region": rp.s3_region},
-        "node": {
-            "id": NODE_ID_PLACEHOLDER,
-            "provider": "runpod",
-            "region": settings.region,
-            "instance_type": settings.node.instance_type,
-            "market": settings.node.market,
-        },
-        "server": {
-            "url": f"http://127.0.0.1:{settings.server.port}",
-            "command": server_command(settings, cache_dir=CACHE_DIR),
-            "health_path": settings.server.health_path,
-            "ready_timeout_s": settings.server.ready_timeout_s,
-        },
-        "episodes": {
-            "command": list(settings.eval.command),
-            "concurrency": settings.eval.concurrency,
-            "max_attempts": settings.eval.max_attempts,
-            "timeout_s": settings.eval.timeout_s,
-        },
-        "stop_rules": stop_rules,
-        "heartbeat_s": settings.eval.heartbeat_s,
+    return build_agent_config(
+        run_id=settings.run_id,
+        store=rp.bucket_url,
+        store_options={"endpoint": rp.s3_endpoint, "region": rp.s3_region},
+        node_id=NODE_ID_PLACEHOLDER,
+        provider="runpod",
+        region=settings.region,
+        instance_type=settings.node.instance_type,
+        market=settings.node.market,
+        server_url=f"http://127.0.0.1:{settings.server.port}",
+        server_command=server_command(settings, cache_dir=CACHE_DIR),
+        health_path=settings.server.health_path,
+        ready_timeout_s=settings.server.ready_timeout_s,
+        episodes_command=settings.eval.command,
+        concurrency=settings.eval.concurrency,
+        max_attempts=settings.eval.max_attempts,
+        timeout_s=settings.eval.timeout_s,
+        on_done=settings.stop.on_done,
+        max_runtime_s=settings.stop.max_runtime_s,
+        idle_s=settings.stop.idle_s,
+        budget=settings.grant.budget,
+        heartbeat_s=settings.eval.heartbeat_s,
         # on the network volume: what a 5 s notice leaves spooled survives the container disk
-        "spool_dir": f"{STATE_DIR}/spool",
-        "work_dir": "/tmp/spot-eval-work",
-        "boot_file": f"{STATE_DIR}/boot.json",
-    }
-    if settings.configured_price is not None:
-        config["price"] = {"per_hour": settings.configured_price, "currency": settings.grant.currency}
-    return config
+        spool_dir=f"{STATE_DIR}/spool",
+        work_dir="/tmp/spot-eval-work",
+        boot_file=f"{STATE_DIR}/boot.json",
+        price_per_hour=settings.configured_price,
+        currency=settings.grant.currency,
+    )
 
 
 def start_script(settings: Settings) -> str:

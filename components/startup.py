@@ -30,8 +30,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.facts import K8S_FLAVOURS, STOP_MARGIN_S, VM_FACTS
 from components.settings import Settings
+from spoteval.agent.config import build_agent_config
+from spoteval.providers import AWS, AZURE, BY_KEY, GCP, K8S_FLAVOURS, NEBIUS, STOP_MARGIN_S, VM_KEYS
 
 SERVICE: Final = "spot-eval-agent.service"
 CACHE_DIR: Final = "/mnt/spot-eval-cache"
@@ -53,7 +54,7 @@ def stop_timeout_s(settings: Settings) -> int:
     if settings.provider == "k8s":
         assert settings.k8s is not None
         return K8S_FLAVOURS[settings.k8s.flavour].grace_s
-    return VM_FACTS[settings.provider].stop_timeout_s
+    return BY_KEY[settings.provider].stop_timeout_s
 
 
 def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
@@ -80,50 +81,36 @@ def agent_config(
     `store_url` is the run record's store (the bucket URL). On Kubernetes the model server runs in its
     own Deployment (`external_server=True`): the agent only waits for it at `server_url`.
     """
-    node: dict[str, Any] = {
-        "id": node_id,
-        "provider": settings.provider,
-        "region": settings.region,
-        "instance_type": settings.node.instance_type,
-        "market": settings.node.market,
-    }
-    if settings.zone:
-        node["zone"] = settings.zone
-    server: dict[str, Any] = {
-        "url": server_url or f"http://127.0.0.1:{settings.server.port}",
-        "health_path": settings.server.health_path,
-        "ready_timeout_s": settings.server.ready_timeout_s,
-    }
-    if not external_server:
-        server["command"] = server_command(settings)
-    stop_rules: dict[str, Any] = {"on_done": settings.stop.on_done}
-    if settings.stop.max_runtime_s is not None:
-        stop_rules["max_runtime_s"] = settings.stop.max_runtime_s
-    if settings.stop.idle_s is not None:
-        stop_rules["idle_s"] = settings.stop.idle_s
-    if settings.grant.budget is not None:
-        stop_rules["budget"] = settings.grant.budget
-    config: dict[str, Any] = {
-        "run_id": settings.run_id,
-        "store": store_url,
-        "node": node,
-        "server": server,
-        "episodes": {
-            "command": list(settings.eval.command),
-            "concurrency": settings.eval.concurrency,
-            "max_attempts": settings.eval.max_attempts,
-            "timeout_s": settings.eval.timeout_s,
-        },
-        "stop_rules": stop_rules,
-        "heartbeat_s": settings.eval.heartbeat_s,
-        "sigterm_grace_s": max(1, stop_timeout_s(settings) - STOP_MARGIN_S),
-    }
-    if settings.provider in VM_FACTS:
-        config["metadata_url"] = VM_FACTS[settings.provider].metadata_url
-    needs_price = settings.provider == "k8s" or not VM_FACTS[settings.provider].price_api
-    if needs_price and settings.configured_price is not None:
-        config["price"] = {"per_hour": settings.configured_price, "currency": settings.grant.currency}
-    return config
+    facts = BY_KEY[settings.provider]
+    # The node reads its own price where the provider has an API for it (the configured one otherwise).
+    node_reads_price = facts.price is not None and bool(facts.price.node_markets)
+    return build_agent_config(
+        run_id=settings.run_id,
+        store=store_url,
+        node_id=node_id,
+        provider=settings.provider,
+        region=settings.region,
+        zone=settings.zone,
+        instance_type=settings.node.instance_type,
+        market=settings.node.market,
+        server_url=server_url or f"http://127.0.0.1:{settings.server.port}",
+        server_command=None if external_server else server_command(settings),
+        health_path=settings.server.health_path,
+        ready_timeout_s=settings.server.ready_timeout_s,
+        episodes_command=settings.eval.command,
+        concurrency=settings.eval.concurrency,
+        max_attempts=settings.eval.max_attempts,
+        timeout_s=settings.eval.timeout_s,
+        on_done=settings.stop.on_done,
+        max_runtime_s=settings.stop.max_runtime_s,
+        idle_s=settings.stop.idle_s,
+        budget=settings.grant.budget,
+        heartbeat_s=settings.eval.heartbeat_s,
+        sigterm_grace_s=max(1, stop_timeout_s(settings) - STOP_MARGIN_S),
+        metadata_url=facts.metadata.base_url if facts.metadata is not None else None,
+        price_per_hour=None if node_reads_price else settings.configured_price,
+        currency=settings.grant.currency,
+    )
 
 
 def object_url(store_url: str, key: str) -> str:
@@ -164,19 +151,19 @@ def http(url, headers, method="GET"):
 def identity(base):
     """(node id, zone) from the instance metadata service at `base` (the agent's metadata_url)."""
     if PROVIDER == "aws":
-        token = http(base + "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "300"}, "PUT")
-        h = {"X-aws-ec2-metadata-token": token}
-        return (http(base + "/latest/meta-data/instance-id", h),
-                http(base + "/latest/meta-data/placement/availability-zone", h))
+        token = http(base + @AWS_TOKEN_PATH@, {@AWS_TTL_HEADER@: "300"}, "PUT")
+        h = {@AWS_TOKEN_HEADER@: token}
+        return (http(base + @AWS_ID_PATH@, h),
+                http(base + @AWS_ZONE_PATH@, h))
     if PROVIDER == "nebius":  # regions only, no zones
-        return json.loads(http(base + "/v1/instance-data", {"Metadata": "true"}))["id"], ""
+        return json.loads(http(base + @NEBIUS_DATA_PATH@, @NEBIUS_HEADERS@))["id"], ""
     if PROVIDER == "gcp":
-        base += "/computeMetadata/v1/instance/"
-        h = {"Metadata-Flavor": "Google"}
+        base += @GCP_INSTANCE_PATH@
+        h = @GCP_HEADERS@
         return http(base + "name", h), http(base + "zone", h).rsplit("/", 1)[-1]
-    base += "/metadata/instance/compute/"
-    h = {"Metadata": "true"}
-    q = "?api-version=2021-02-01&format=text"
+    base += @AZURE_COMPUTE_PATH@
+    h = @AZURE_HEADERS@
+    q = @AZURE_TEXT_QUERY@
     return http(base + "name" + q, h), http(base + "zone" + q, h)
 
 
@@ -231,8 +218,32 @@ if __name__ == "__main__":
 '''
 
 
+def _node_facts() -> dict[str, object]:
+    """The metadata facts the node helper needs (spoteval/providers.py), by placeholder."""
+    aws, gcp, azure, nebius = AWS.metadata, GCP.metadata, AZURE.metadata, NEBIUS.metadata
+    assert aws is not None and gcp is not None and azure is not None and nebius is not None
+    return {
+        "AWS_TOKEN_PATH": aws.paths["token"],
+        "AWS_TTL_HEADER": aws.token_ttl_header,
+        "AWS_TOKEN_HEADER": aws.token_header,
+        "AWS_ID_PATH": aws.paths["instance_id"],
+        "AWS_ZONE_PATH": aws.paths["zone"],
+        "NEBIUS_DATA_PATH": nebius.paths["instance_data"],
+        "NEBIUS_HEADERS": dict(nebius.headers),
+        "GCP_INSTANCE_PATH": gcp.paths["instance"],
+        "GCP_HEADERS": dict(gcp.headers),
+        "AZURE_COMPUTE_PATH": azure.paths["compute"],
+        "AZURE_HEADERS": dict(azure.headers),
+        "AZURE_TEXT_QUERY": azure.paths["text_query"],
+    }
+
+
 def _node_py(provider: str) -> str:
-    return _NODE_PY.replace("@PROVIDER@", repr(provider)).lstrip("\n")
+    """The node helper with the provider and the metadata facts written in as Python literals."""
+    text = _NODE_PY.replace("@PROVIDER@", repr(provider))
+    for name, value in _node_facts().items():
+        text = text.replace(f"@{name}@", json.dumps(value))
+    return text.lstrip("\n")
 
 
 def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> str:
@@ -343,7 +354,7 @@ def render_startup_script(
     extra_env: Mapping[str, str] | None = None,
 ) -> str:
     """The VM's first-boot script (bash). `cache_device` is the weights-cache disk's device path."""
-    if settings.provider not in VM_FACTS:
+    if settings.provider not in VM_KEYS:
         raise ValueError(f"no startup script for provider {settings.provider!r}")
     config = agent_config(settings, store_url=store_url)
     env = environment(settings, store_url=store_url, extra=extra_env)

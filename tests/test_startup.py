@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from components.bundle import OBJECT_KEY, build_bundle
-from components.facts import K8S_FLAVOURS, VM_FACTS
 from components.settings import Settings
 from components.startup import (
     AWS_USER_DATA_LIMIT,
@@ -30,9 +29,23 @@ from components.startup import (
     stop_timeout_s,
 )
 from spoteval.agent.config import parse as parse_agent_config
+from spoteval.providers import BY_KEY, K8S_FLAVOURS
 from spoteval.record import parse_time
 from tests import servers
 from tests.test_settings import parse_with
+
+
+def metadata_base(provider: str) -> str:
+    metadata = BY_KEY[provider].metadata
+    assert metadata is not None
+    return metadata.base_url
+
+
+def notice_s(provider: str) -> int:
+    notice = BY_KEY[provider].notice_s
+    assert notice is not None
+    return notice
+
 
 VM_STACKS = {"aws": "aws-us-east-1", "gcp": "gcp-us-central1", "azure": "azure-eastus"}
 STORE = {"aws": "s3://results-bucket", "gcp": "gs://results-bucket", "azure": "az://seresults"}
@@ -77,7 +90,7 @@ def test_agent_config_is_accepted_by_the_agent(provider: str) -> None:
     assert config.store == STORE[provider]
     assert config.node.provider == provider and config.node.market == "spot"
     assert config.node.region == settings.region and config.node.instance_type == settings.node.instance_type
-    assert config.metadata_url == VM_FACTS[provider].metadata_url
+    assert config.metadata_url == metadata_base(provider)
     assert config.server.url == "http://127.0.0.1:8000"
     assert "--model=" + settings.server.model in config.server.command
     assert "--volume=/mnt/spot-eval-cache/huggingface:/root/.cache/huggingface" in config.server.command
@@ -87,7 +100,7 @@ def test_agent_config_is_accepted_by_the_agent(provider: str) -> None:
     assert config.stop_rules.idle_s == settings.stop.idle_s
     assert config.stop_rules.budget == settings.grant.budget
     assert config.stop_rules.on_done == settings.stop.on_done
-    assert config.sigterm_grace_s is not None and config.sigterm_grace_s < VM_FACTS[provider].notice_s
+    assert config.sigterm_grace_s is not None and config.sigterm_grace_s < notice_s(provider)
 
 
 def test_price_is_configured_only_where_the_agent_cannot_read_it() -> None:
@@ -140,7 +153,7 @@ def test_startup_script_is_valid_bash_and_installs_the_service(provider: str, tm
 def test_stop_timeout_fits_inside_each_providers_notice() -> None:
     for provider, stack in VM_STACKS.items():
         timeout = stop_timeout_s(parse_with(stack))
-        assert 0 < timeout < VM_FACTS[provider].notice_s
+        assert 0 < timeout < notice_s(provider)
     assert stop_timeout_s(parse_with("aws-us-east-1")) == 115
     assert stop_timeout_s(parse_with("gcp-us-central1")) == 25
     for flavour, facts in K8S_FLAVOURS.items():
