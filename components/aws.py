@@ -18,9 +18,9 @@ import pulumi
 import pulumi_aws as aws
 from pulumi_aws import autoscaling, budgets, cloudwatch, ebs, ec2, iam, s3, scheduler
 
+from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.common import BuildContext, StackOutputs, child, held
-from components.settings import Settings
+from components.settings import Settings, SettingsReader, cidr
 from components.startup import render_startup_script
 
 ROOT_DEVICE: Final = "/dev/sda1"  # Ubuntu AMIs (the Deep Learning AMIs included)
@@ -33,6 +33,24 @@ INTERRUPTION_EVENTS: Final = {
 #: idle stop rule: average CPU below this percentage for `stop.idle_minutes` (the agent's rule is exact)
 IDLE_CPU_PERCENT: Final = 5.0
 IDLE_PERIOD_S: Final = 300
+
+# --- the stack config's `aws:` block -------------------------------------------------------------
+
+SETTINGS_KEYS: Final = frozenset({"vpc_cidr"})
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    vpc_cidr: str = "10.42.0.0/16"
+
+
+def parse_settings(block: SettingsReader) -> AwsSettings:
+    block.reject_unknown(SETTINGS_KEYS)
+    return AwsSettings(vpc_cidr=cidr(block.string("vpc_cidr", "10.42.0.0/16"), "aws.vpc_cidr"))
+
+
+def own(settings: Settings) -> AwsSettings:
+    return settings.block_of(AwsSettings)
 
 
 def provider(settings: Settings) -> aws.Provider:
@@ -630,7 +648,7 @@ class EventCapture(pulumi.ComponentResource):
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
-    assert settings.aws is not None and settings.zone is not None
+    assert settings.zone is not None
     opts = pulumi.ResourceOptions(providers=[provider(settings)])
     name = settings.run_id
     store = Store(name, StoreArgs(context.bundle_path, context.manifest_path), opts)
@@ -638,7 +656,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
     network = Network(
         name,
         NetworkArgs(
-            vpc_cidr=settings.aws.vpc_cidr,
+            vpc_cidr=own(settings).vpc_cidr,
             zone=settings.zone,
             ingress_cidrs=settings.node.ingress_cidrs,
             server_port=settings.server.port,

@@ -6,6 +6,7 @@ One explicit provider, built in `provider()`. Only the submodules used are impor
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,9 @@ from pulumi_azure_native import (
     storage,
 )
 
+from components.base import BuildContext, StackOutputs, child, held, short_hash
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.common import BuildContext, StackOutputs, child, held, short_hash
-from components.settings import Settings
+from components.settings import Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_startup_script
 
 CACHE_LUN: Final = 0
@@ -38,6 +39,42 @@ BLOB_DATA_ACTIONS: Final = (
     "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/add/action",
 )
 
+# --- the stack config's `azure:` block -----------------------------------------------------------
+
+SETTINGS_KEYS: Final = frozenset({"resource_group", "admin_username", "ssh_public_key", "vnet_cidr"})
+_RESOURCE_GROUP: Final = re.compile(r"^[-\w._()]{1,89}[-\w_()]$")
+
+
+@dataclass(frozen=True)
+class AzureSettings:
+    resource_group: str
+    admin_username: str
+    ssh_public_key: str
+    vnet_cidr: str = "10.42.0.0/16"
+
+
+def parse_settings(block: SettingsReader) -> AzureSettings:
+    block.reject_unknown(SETTINGS_KEYS)
+    group = block.string("resource_group")
+    if not _RESOURCE_GROUP.match(group):
+        raise SettingsError("azure.resource_group", f"{group!r} is not a resource group name")
+    user = block.string("admin_username", "spoteval")
+    if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user) or user in ("root", "admin", "administrator"):
+        raise SettingsError("azure.admin_username", f"{user!r} is not an allowed Linux user name")
+    key = block.string("ssh_public_key")
+    if not re.match(r"^(ssh-rsa|ssh-ed25519|ecdsa-sha2-nistp\d+) [A-Za-z0-9+/=]+( .*)?$", key):
+        raise SettingsError("azure.ssh_public_key", "must be an OpenSSH public key line")
+    return AzureSettings(
+        resource_group=group,
+        admin_username=user,
+        ssh_public_key=key,
+        vnet_cidr=cidr(block.string("vnet_cidr", "10.42.0.0/16"), "azure.vnet_cidr"),
+    )
+
+
+def own(settings: Settings) -> AzureSettings:
+    return settings.block_of(AzureSettings)
+
 
 def provider(settings: Settings) -> azure_native.Provider:
     """The stack's one Azure provider, location passed explicitly (subscription from the environment)."""
@@ -46,8 +83,7 @@ def provider(settings: Settings) -> azure_native.Provider:
 
 def account_name(settings: Settings) -> str:
     """Storage account names are global, 3-24 lowercase letters and digits: derive a stable one."""
-    assert settings.azure is not None
-    return "se" + short_hash(settings.azure.resource_group, settings.stack, settings.run_id, length=16)
+    return "se" + short_hash(own(settings).resource_group, settings.stack, settings.run_id, length=16)
 
 
 def image_reference(image: str) -> compute.ImageReferenceArgs:
@@ -203,7 +239,6 @@ class Network(pulumi.ComponentResource):
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:azure:Network", name, None, opts)
         s = args.settings
-        assert s.azure is not None
         rules = (
             [
                 network.SecurityRuleArgs(
@@ -227,14 +262,14 @@ class Network(pulumi.ComponentResource):
         self.vnet = network.VirtualNetwork(
             f"{name}-vnet",
             resource_group_name=args.resource_group,
-            address_space=network.AddressSpaceArgs(address_prefixes=[s.azure.vnet_cidr]),
+            address_space=network.AddressSpaceArgs(address_prefixes=[own(s).vnet_cidr]),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["subnets"]),
         )
         self.subnet = network.Subnet(
             f"{name}-subnet",
             resource_group_name=args.resource_group,
             virtual_network_name=self.vnet.name,
-            address_prefix=s.azure.vnet_cidr,
+            address_prefix=own(s).vnet_cidr,
             network_security_group=network.NetworkSecurityGroupArgs(id=self.nsg.id),
             opts=child(self),
         )
@@ -275,14 +310,13 @@ def _custom_data(args: NodeArgs, cache_device: str | None) -> pulumi.Output[str]
 
 
 def _linux(s: Settings) -> compute.LinuxConfigurationArgs:
-    assert s.azure is not None
     return compute.LinuxConfigurationArgs(
         disable_password_authentication=True,
         ssh=compute.SshConfigurationArgs(
             public_keys=[
                 compute.SshPublicKeyArgs(
-                    path=f"/home/{s.azure.admin_username}/.ssh/authorized_keys",
-                    key_data=s.azure.ssh_public_key,
+                    path=f"/home/{own(s).admin_username}/.ssh/authorized_keys",
+                    key_data=own(s).ssh_public_key,
                 )
             ]
         ),
@@ -304,7 +338,6 @@ class Node(pulumi.ComponentResource):
         super().__init__("spot-eval:azure:Node", name, None, opts)
         s = args.settings
         node = s.node
-        assert s.azure is not None
         zones = [s.zone] if s.zone else None
         self.cache = compute.Disk(
             f"{name}-weights-cache",
@@ -362,7 +395,7 @@ class Node(pulumi.ComponentResource):
             ),
             os_profile=compute.OSProfileArgs(
                 computer_name=f"{s.run_id}-gpu"[:63],
-                admin_username=s.azure.admin_username,
+                admin_username=own(s).admin_username,
                 custom_data=_custom_data(args, CACHE_DEVICE),
                 linux_configuration=_linux(s),
             ),
@@ -397,7 +430,6 @@ class Pool(pulumi.ComponentResource):
         super().__init__("spot-eval:azure:Pool", name, None, opts)
         s = args.settings
         node = s.node
-        assert s.azure is not None
         self.scale_set = compute.VirtualMachineScaleSet(
             f"{name}-gpu",
             resource_group_name=args.resource_group,
@@ -418,7 +450,7 @@ class Pool(pulumi.ComponentResource):
                 billing_profile=_billing(s),
                 os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
                     computer_name_prefix=s.run_id[:9],
-                    admin_username=s.azure.admin_username,
+                    admin_username=own(s).admin_username,
                     custom_data=_custom_data(args, None),
                     linux_configuration=_linux(s),
                 ),
@@ -564,12 +596,11 @@ class EventCapture(pulumi.ComponentResource):
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
-    assert settings.azure is not None
     opts = pulumi.ResourceOptions(providers=[provider(settings)])
     name = settings.run_id
     group = resources.ResourceGroup(
         f"{name}-group",
-        resource_group_name=settings.azure.resource_group,
+        resource_group_name=own(settings).resource_group,
         location=settings.region,
         # The group holds the storage account: deleting it would delete the results.
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True, retain_on_delete=True)),

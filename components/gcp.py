@@ -4,6 +4,7 @@ instance group), stop rules and a log sink of preemptions. One explicit provider
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -12,9 +13,9 @@ import pulumi
 import pulumi_gcp as gcp
 from pulumi_gcp import billing, compute, logging, serviceaccount, storage
 
+from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.common import BuildContext, StackOutputs, child, held
-from components.settings import Settings
+from components.settings import Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_shutdown_script, render_startup_script
 
 CACHE_DEVICE_NAME: Final = "spot-eval-cache"
@@ -22,13 +23,46 @@ CACHE_DEVICE_NAME: Final = "spot-eval-cache"
 GPU_MACHINE_FAMILIES: Final = ("a2-", "a3-", "a4-", "g2-", "g4-")
 SCOPES: Final = ["https://www.googleapis.com/auth/cloud-platform"]
 
+# --- the stack config's `gcp:` block -------------------------------------------------------------
+
+SETTINGS_KEYS: Final = frozenset({"project", "billing_account", "subnet_cidr"})
+_PROJECT: Final = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_BILLING_ACCOUNT: Final = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
+
+
+@dataclass(frozen=True)
+class GcpSettings:
+    project: str
+    billing_account: str | None = None
+    subnet_cidr: str = "10.42.0.0/20"
+
+
+def parse_settings(block: SettingsReader) -> GcpSettings:
+    block.reject_unknown(SETTINGS_KEYS)
+    project = block.string("project")
+    if not _PROJECT.match(project):
+        raise SettingsError("gcp.project", f"{project!r} is not a project id")
+    billing = block.opt_string("billing_account")
+    if billing is not None and not _BILLING_ACCOUNT.match(billing):
+        raise SettingsError(
+            "gcp.billing_account", f"{billing!r} is not a billing account id (XXXXXX-XXXXXX-XXXXXX)"
+        )
+    return GcpSettings(
+        project=project,
+        billing_account=billing,
+        subnet_cidr=cidr(block.string("subnet_cidr", "10.42.0.0/20"), "gcp.subnet_cidr"),
+    )
+
+
+def own(settings: Settings) -> GcpSettings:
+    return settings.block_of(GcpSettings)
+
 
 def provider(settings: Settings) -> gcp.Provider:
     """The stack's one GCP provider: project, region and zone passed explicitly, resources labelled."""
-    assert settings.gcp is not None
     return gcp.Provider(
         f"{settings.run_id}-gcp",
-        project=settings.gcp.project,
+        project=own(settings).project,
         region=settings.region,
         zone=settings.zone,
         default_labels=settings.tags,
@@ -343,12 +377,11 @@ class StopRules(pulumi.ComponentResource):
     def __init__(self, name: str, args: StopRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:gcp:StopRules", name, None, opts)
         s = args.settings
-        assert s.gcp is not None
-        if s.grant.budget is not None and s.gcp.billing_account is not None:
+        if s.grant.budget is not None and own(s).billing_account is not None:
             units, nanos = divmod(round(s.grant.budget * 1e9), 10**9)
             billing.Budget(
                 f"{name}-budget",
-                billing_account=s.gcp.billing_account,
+                billing_account=own(s).billing_account,
                 display_name=f"spot-eval {s.run_id}",
                 amount=billing.BudgetAmountArgs(
                     specified_amount=billing.BudgetAmountSpecifiedAmountArgs(
@@ -356,7 +389,7 @@ class StopRules(pulumi.ComponentResource):
                     )
                 ),
                 budget_filter=billing.BudgetBudgetFilterArgs(
-                    projects=[f"projects/{s.gcp.project}"],
+                    projects=[f"projects/{own(s).project}"],
                     labels={"spot-eval-run": s.run_id},
                     calendar_period="YEAR",
                 ),
@@ -387,10 +420,9 @@ class EventCapture(pulumi.ComponentResource):
     def __init__(self, name: str, args: EventCaptureArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:gcp:EventCapture", name, None, opts)
         s = args.settings
-        assert s.gcp is not None
         self.log_bucket = logging.ProjectBucketConfig(
             f"{name}-events",
-            project=s.gcp.project,
+            project=own(s).project,
             location="global",
             bucket_id=f"spot-eval-{s.run_id}",
             retention_days=400,
@@ -418,7 +450,7 @@ class EventCapture(pulumi.ComponentResource):
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
-    assert settings.gcp is not None and settings.zone is not None
+    assert settings.zone is not None
     opts = pulumi.ResourceOptions(providers=[provider(settings)])
     name = settings.run_id
     store = Store(name, StoreArgs(settings.region, context.bundle_path, context.manifest_path), opts)
@@ -427,7 +459,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         name,
         NetworkArgs(
             region=settings.region,
-            subnet_cidr=settings.gcp.subnet_cidr,
+            subnet_cidr=own(settings).subnet_cidr,
             ingress_cidrs=settings.node.ingress_cidrs,
             server_port=settings.server.port,
             static_address=settings.node.count == 1 and settings.address_kind == "static",

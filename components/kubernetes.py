@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes import apps, batch, core, meta
 
-from components.common import BuildContext, StackOutputs, child, held
-from components.facts import K8S_FLAVOURS, K8sFlavour
-from components.settings import Settings, SettingsError
+from components.base import BuildContext, StackOutputs, child, held
+from components.settings import BUCKET_URL, Settings, SettingsError, SettingsReader
 from components.startup import agent_config, k8s_agent_command, server_command, stop_timeout_s
+from spoteval.providers import K8S_FLAVOURS, K8sFlavour
 
 CONFIG_DIR: Final = "/etc/spot-eval"
 CACHE_MOUNT: Final = "/cache"
@@ -29,12 +31,77 @@ CACHE_MOUNT: Final = "/cache"
 CONFIG_MAP_LIMIT: Final = 1_000_000
 EXIT_BAD_CONFIG: Final = 2
 
+# --- the stack config's `k8s:` block -------------------------------------------------------------
+
+SETTINGS_KEYS: Final = frozenset(
+    {
+        "flavour",
+        "namespace",
+        "create_namespace",
+        "bucket_url",
+        "context",
+        "storage_class",
+        "service_account_annotations",
+        "node_selector",
+    }
+)
+_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class K8sSettings:
+    flavour: str
+    namespace: str
+    create_namespace: bool
+    bucket_url: str
+    context: str | None
+    storage_class: str | None
+    service_account_annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def notice_s(self) -> int:
+        """What a pod gets between SIGTERM and SIGKILL when its spot node goes away."""
+        return K8S_FLAVOURS[self.flavour].notice_s
+
+
+def parse_settings(block: SettingsReader) -> K8sSettings:
+    block.reject_unknown(SETTINGS_KEYS)
+    flavour = block.choice("flavour", tuple(K8S_FLAVOURS))
+    namespace = block.string("namespace", "spot-eval")
+    if not _NAME.match(namespace):
+        raise SettingsError("k8s.namespace", f"{namespace!r} is not a Kubernetes namespace name")
+    bucket_url = block.string("bucket_url")
+    if not BUCKET_URL.match(bucket_url):
+        raise SettingsError(
+            "k8s.bucket_url", f"must be s3://, gs:// or az:// BUCKET[/PREFIX], got {bucket_url!r}"
+        )
+    selector = block.string_map("node_selector")
+    if flavour == "nebius" and not selector:
+        raise SettingsError(
+            "k8s.node_selector",
+            "is required for nebius (labels of its preemptible node groups are not documented)",
+        )
+    return K8sSettings(
+        flavour=flavour,
+        namespace=namespace,
+        create_namespace=block.boolean("create_namespace", True),
+        bucket_url=bucket_url.rstrip("/"),
+        context=block.opt_string("context"),
+        storage_class=block.opt_string("storage_class"),
+        service_account_annotations=block.string_map("service_account_annotations"),
+        node_selector=selector,
+    )
+
+
+def own(settings: Settings) -> K8sSettings:
+    return settings.block_of(K8sSettings)
+
 
 def provider(settings: Settings) -> k8s.Provider:
     """The stack's one Kubernetes provider: the kubeconfig context named in the stack, else the current."""
-    assert settings.k8s is not None
     return k8s.Provider(
-        f"{settings.run_id}-k8s", context=settings.k8s.context, namespace=settings.k8s.namespace
+        f"{settings.run_id}-k8s", context=own(settings).context, namespace=own(settings).namespace
     )
 
 
@@ -48,10 +115,9 @@ def _labels(settings: Settings, component: str) -> dict[str, str]:
 
 def _placement(settings: Settings, flavour: K8sFlavour, *, gpu: bool) -> dict[str, object]:
     """node_selector, tolerations and affinity that put a pod on the market's nodes."""
-    assert settings.k8s is not None
     spot = settings.node.spot
     selector = dict(flavour.spot_selector if spot else flavour.on_demand_selector)
-    selector.update(settings.k8s.node_selector)
+    selector.update(own(settings).node_selector)
     if gpu and flavour.gpu_label:
         selector[flavour.gpu_label] = settings.node.gpu_type
     tolerations = [
@@ -93,8 +159,7 @@ class EvalWorkload(pulumi.ComponentResource):
     def __init__(self, name: str, args: WorkloadArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:k8s:EvalWorkload", name, None, opts)
         s = args.settings
-        assert s.k8s is not None
-        kube = s.k8s
+        kube = own(s)
         flavour = K8S_FLAVOURS[kube.flavour]
         grace = stop_timeout_s(s)
         ns = kube.namespace
@@ -315,10 +380,9 @@ class EvalWorkload(pulumi.ComponentResource):
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
-    assert settings.k8s is not None
     opts = pulumi.ResourceOptions(providers=[provider(settings)])
     workload = EvalWorkload(settings.run_id, WorkloadArgs(settings, context), opts)
     node_ids: pulumi.Input[list[str]] = (
         workload.job.metadata.name.apply(lambda n: [n]) if workload.job is not None else []
     )
-    return StackOutputs(bucket_url=settings.k8s.bucket_url, node_ids=node_ids, zone=settings.zone or "")
+    return StackOutputs(bucket_url=own(settings).bucket_url, node_ids=node_ids, zone=settings.zone or "")

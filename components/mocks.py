@@ -22,7 +22,7 @@ import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
-from components.common import CLOCK, PROJECT_DIR
+from components.base import CLOCK, PROJECT_DIR
 from components.settings import NAMESPACE, SettingsError
 
 STACKS_DIR: Final = PROJECT_DIR / "stacks"

@@ -30,9 +30,9 @@ from typing import Final
 import pulumi
 import pulumi_nebius as nebius
 
-from components.common import BuildContext, StackOutputs, child, held
+from components.base import BuildContext, StackOutputs, child, held
 from components.s3_objects import s3_compatible_provider, upload
-from components.settings import Settings
+from components.settings import Settings, SettingsError, SettingsReader
 from components.startup import SERVICE, render_startup_script
 
 OBJECT_STORAGE: Final = "https://storage.{region}.nebius.cloud"
@@ -65,6 +65,30 @@ with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
 os.replace(tmp, out)
 sdk.sync_close()
 """
+
+# --- the stack config's `nebius:` block ----------------------------------------------------------
+
+SETTINGS_KEYS: Final = frozenset({"project_id", "tenant_id", "subnet_id"})
+
+
+@dataclass(frozen=True)
+class NebiusSettings:
+    project_id: str
+    tenant_id: str  # the node's service account joins a group there that the bucket policy names
+    subnet_id: str
+
+
+def parse_settings(block: SettingsReader) -> NebiusSettings:
+    block.reject_unknown(SETTINGS_KEYS)
+    ids = {key: block.string(key) for key in ("project_id", "tenant_id", "subnet_id")}
+    for key, prefix in (("project_id", "project-"), ("tenant_id", "tenant-"), ("subnet_id", "vpcsubnet-")):
+        if not ids[key].startswith(prefix):
+            raise SettingsError(f"nebius.{key}", f"must be a Nebius {prefix}... id, got {ids[key]!r}")
+    return NebiusSettings(**ids)
+
+
+def own(settings: Settings) -> NebiusSettings:
+    return settings.block_of(NebiusSettings)
 
 
 @dataclass(frozen=True)
@@ -128,8 +152,7 @@ class NebiusNode(pulumi.ComponentResource):
     def __init__(self, name: str, args: NebiusNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:nebius:Node", name, None, opts)
         s = args.settings
-        assert s.nebius is not None
-        project = s.nebius.project_id
+        project = own(s).project_id
         labels = dict(s.tags)
 
         account = nebius.IamV1ServiceAccount(
@@ -141,7 +164,7 @@ class NebiusNode(pulumi.ComponentResource):
             opts=child(self),
         )
         group = nebius.IamV1Group(
-            f"{name}-group", parent_id=s.nebius.tenant_id, name=f"spot-eval-{s.run_id}", opts=child(self)
+            f"{name}-group", parent_id=own(s).tenant_id, name=f"spot-eval-{s.run_id}", opts=child(self)
         )
         nebius.IamV1GroupMembership(
             f"{name}-membership", parent_id=group.id, member_id=account.id, opts=child(self)
@@ -233,7 +256,7 @@ class NebiusNode(pulumi.ComponentResource):
                 network_interfaces=[
                     nebius.ComputeV1InstanceNetworkInterfaceArgs(
                         name="eth0",
-                        subnet_id=s.nebius.subnet_id,
+                        subnet_id=own(s).subnet_id,
                         ip_address=nebius.ComputeV1InstanceNetworkInterfaceIpAddressArgs(),
                         public_ip_address=nebius.ComputeV1InstanceNetworkInterfacePublicIpAddressArgs(
                             static=s.node.address == "static"
@@ -255,8 +278,7 @@ class NebiusNode(pulumi.ComponentResource):
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
-    assert settings.nebius is not None
-    provider = nebius.Provider("nebius", parent_id=settings.nebius.project_id)
+    provider = nebius.Provider("nebius", parent_id=own(settings).project_id)
     storage = s3_compatible_provider(
         "nebius-object-storage", OBJECT_STORAGE.format(region=settings.region), settings.region
     )

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pulumi
 
+from components.base import BuildContext, StackOutputs, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.common import BuildContext, StackOutputs, held
 from components.runpod_provider import InterruptiblePod, NetworkVolume
 from components.s3_objects import s3_compatible_provider, upload
-from components.settings import Settings
+from components.settings import BUCKET_URL, Settings, SettingsError, SettingsReader
 from components.startup import NODE_ID_PLACEHOLDER, OBSTORE_REQUIREMENT, object_url, server_command
 from spoteval.agent.config import build_agent_config
 
@@ -43,11 +45,58 @@ STATE_DIR: Final = f"{WORKSPACE}/spot-eval"
 CONFIG_FILE: Final = "/tmp/spot-eval-agent.json"
 BUNDLE_FILE: Final = "/tmp/spot-eval-agent-bundle.zip"
 
+# --- the stack config's `runpod:` block ----------------------------------------------------------
+
+SETTINGS_KEYS: Final = frozenset({"bucket_url", "s3_endpoint", "s3_region", "cloud_type", "secrets"})
+
+
+@dataclass(frozen=True)
+class RunpodSettings:
+    bucket_url: str  # s3:// bucket on a provider that has object storage (Runpod has none)
+    s3_endpoint: str
+    s3_region: str
+    cloud_type: str  # SECURE | COMMUNITY
+    #: names of Runpod secrets holding the bucket's S3 access key id and secret (never the values)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_settings(block: SettingsReader) -> RunpodSettings:
+    block.reject_unknown(SETTINGS_KEYS)
+    bucket_url = block.string("bucket_url")
+    if not bucket_url.startswith("s3://") or not BUCKET_URL.match(bucket_url):
+        raise SettingsError(
+            "runpod.bucket_url",
+            f"must be s3://BUCKET[/PREFIX] (Runpod has no object storage), got {bucket_url!r}",
+        )
+    endpoint = block.string("s3_endpoint")
+    if not re.match(r"^https://[^\s/]+", endpoint):
+        raise SettingsError("runpod.s3_endpoint", f"must be an https:// URL, got {endpoint!r}")
+    secrets = block.string_map("secrets") or {
+        "access_key_id": "spot_eval_s3_access_key_id",
+        "secret_access_key": "spot_eval_s3_secret_access_key",
+    }
+    if set(secrets) != {"access_key_id", "secret_access_key"} or not all(
+        re.fullmatch(r"[A-Za-z0-9_]+", v) for v in secrets.values()
+    ):
+        raise SettingsError(
+            "runpod.secrets", "must name the Runpod secrets access_key_id and secret_access_key"
+        )
+    return RunpodSettings(
+        bucket_url=bucket_url.rstrip("/"),
+        s3_endpoint=endpoint.rstrip("/"),
+        s3_region=block.string("s3_region", "us-east-1"),
+        cloud_type=block.choice("cloud_type", ("SECURE", "COMMUNITY"), "SECURE"),
+        secrets=secrets,
+    )
+
+
+def own(settings: Settings) -> RunpodSettings:
+    return settings.block_of(RunpodSettings)
+
 
 def agent_config(settings: Settings) -> dict[str, Any]:
     """The node agent's config for this pod (spoteval/agent/config.py); the pod fills in its id."""
-    assert settings.runpod is not None
-    rp = settings.runpod
+    rp = own(settings)
     return build_agent_config(
         run_id=settings.run_id,
         store=rp.bucket_url,
@@ -81,8 +130,7 @@ def agent_config(settings: Settings) -> dict[str, Any]:
 
 def start_script(settings: Settings) -> str:
     """What the pod runs (bash): obstore, the bundle, the config with the pod's id, then exec the agent."""
-    assert settings.runpod is not None
-    store = settings.runpod.bucket_url
+    store = own(settings).bucket_url
     config = json.dumps(agent_config(settings), sort_keys=True)
     fetch = (
         "import obstore, sys; from obstore.store import from_url\n"
@@ -123,8 +171,7 @@ def secret_ref(name: str) -> str:
 
 
 def pod_env(settings: Settings) -> dict[str, str]:
-    assert settings.runpod is not None
-    rp = settings.runpod
+    rp = own(settings)
     return {
         "AWS_ACCESS_KEY_ID": secret_ref(rp.secrets["access_key_id"]),
         "AWS_SECRET_ACCESS_KEY": secret_ref(rp.secrets["secret_access_key"]),
@@ -157,8 +204,7 @@ class RunpodNode(pulumi.ComponentResource):
     def __init__(self, name: str, args: RunpodNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:runpod:Node", name, None, opts)
         s = args.settings
-        assert s.runpod is not None
-        bucket = s.runpod.bucket_url.removeprefix("s3://").split("/", 1)
+        bucket = own(s).bucket_url.removeprefix("s3://").split("/", 1)
         prefix = bucket[1] if len(bucket) > 1 else ""
         uploaded = upload(
             name,
@@ -188,7 +234,7 @@ class RunpodNode(pulumi.ComponentResource):
                 gpu_type=s.node.instance_type,
                 gpu_count=s.node.gpu_count,
                 max_bid_per_gpu=max_bid_per_gpu(s),
-                cloud_type=s.runpod.cloud_type,
+                cloud_type=own(s).cloud_type,
                 container_disk_gb=s.node.root_disk_gb,
                 docker_args=docker_args(s),
                 ports=[f"{s.server.port}/http"],
@@ -199,14 +245,11 @@ class RunpodNode(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.volume, *uploaded]),
             )
             node_ids = self.pod.id.apply(lambda i: [i])
-        self.outputs = StackOutputs(bucket_url=s.runpod.bucket_url, node_ids=node_ids, zone="")
+        self.outputs = StackOutputs(bucket_url=own(s).bucket_url, node_ids=node_ids, zone="")
         self.register_outputs({"bucket_url": self.outputs.bucket_url, "node_ids": node_ids})
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
-    assert settings.runpod is not None
-    storage = s3_compatible_provider(
-        "results-storage", settings.runpod.s3_endpoint, settings.runpod.s3_region
-    )
+    storage = s3_compatible_provider("results-storage", own(settings).s3_endpoint, own(settings).s3_region)
     node = RunpodNode(f"spot-eval-{settings.run_id}", RunpodNodeArgs(settings, context, storage))
     return node.outputs

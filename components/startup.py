@@ -32,7 +32,7 @@ from typing import Any, Final
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.settings import Settings
 from spoteval.agent.config import build_agent_config
-from spoteval.providers import AWS, AZURE, BY_KEY, GCP, K8S_FLAVOURS, NEBIUS, STOP_MARGIN_S, VM_KEYS
+from spoteval.providers import AWS, AZURE, BY_KEY, GCP, NEBIUS, STOP_MARGIN_S, VM_KEYS
 
 SERVICE: Final = "spot-eval-agent.service"
 CACHE_DIR: Final = "/mnt/spot-eval-cache"
@@ -51,10 +51,7 @@ _EOF: Final = "SPOT_EVAL_EOF"
 
 def stop_timeout_s(settings: Settings) -> int:
     """Seconds the agent's service gets between SIGTERM and SIGKILL: inside the provider's notice."""
-    if settings.provider == "k8s":
-        assert settings.k8s is not None
-        return K8S_FLAVOURS[settings.k8s.flavour].grace_s
-    return BY_KEY[settings.provider].stop_timeout_s
+    return max(STOP_MARGIN_S, settings.notice_s - STOP_MARGIN_S)
 
 
 def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:

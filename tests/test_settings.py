@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.kubernetes import K8sSettings
 from components.settings import Settings, SettingsError, parse, raw_from_config
 
 STACKS = Path(__file__).resolve().parent.parent / "stacks"
@@ -209,7 +210,7 @@ def test_k8s_flavour_and_names_are_checked() -> None:
     message = rejects("k8s-gke", "k8s.node_selector", k8s__flavour="nebius")
     assert "nebius" in message
     nebius = parse_with("k8s-gke", k8s__flavour="nebius", k8s__node_selector={"pool": "preemptible-l4"})
-    assert nebius.k8s is not None and nebius.k8s.node_selector == {"pool": "preemptible-l4"}
+    assert nebius.block_of(K8sSettings).node_selector == {"pool": "preemptible-l4"}
     rejects("k8s-gke", "server.image", server__image=None)
     rejects("aws-us-east-1", "server.image", server__image="vllm/vllm-openai:v0.11.0")
 
@@ -228,3 +229,15 @@ def test_config_values_arrive_as_engine_text() -> None:
     with pytest.raises(SettingsError) as info:
         raw_from_config({"node": "market: spot"})
     assert info.value.key == "node"
+
+
+def test_every_provider_key_has_a_module_that_parses_its_block_and_builds() -> None:
+    from components.registry import MODULES, provider_module
+    from spoteval.providers import KEYS
+
+    assert tuple(MODULES) == KEYS == ("aws", "gcp", "azure", "k8s", "nebius", "runpod")
+    for key in KEYS:
+        module = provider_module(key)
+        assert callable(module.parse_settings) and callable(module.build), key
+    with pytest.raises(KeyError):
+        provider_module("local")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from components.common import OUTPUT_NAMES
+from components.base import OUTPUT_NAMES
 from components.mocks import (
     Declared,
     Rendered,

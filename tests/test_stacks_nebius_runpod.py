@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from components.common import OUTPUT_NAMES
+from components.base import OUTPUT_NAMES
 from components.mocks import STACKS_DIR, Rendered, RenderError, read_stack_config, render_config, render_stack
 from components.runpod_provider import PodProvider, VolumeProvider
 from spoteval.agent.config import parse as parse_agent_config

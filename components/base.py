@@ -1,4 +1,5 @@
-"""What every provider module shares: the build context, the outputs, and the registry's interface."""
+"""What every provider module shares: the build context, the stack outputs, the `ProviderModule`
+protocol that components/registry.py hands out, and `child()`/`held()` resource options."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Final, Protocol
 import pulumi
 
 from components.bundle import build_bundle, write_bundle
-from components.settings import Settings, SettingsError
+from components.settings import ProviderSettings, Settings, SettingsError
 from spoteval.clouds import OUTPUT_KEYS
 
 PROJECT_DIR: Final = Path(__file__).resolve().parent.parent
@@ -57,8 +58,9 @@ class StackOutputs:
             pulumi.export(name, value)
 
 
-class ProviderModule(Protocol):
-    """One module per provider (components/aws.py, gcp.py, azure.py, kubernetes.py)."""
+class ProviderModule(ProviderSettings, Protocol):
+    """One module per provider (components/aws.py ... runpod.py): parses its own block of the stack
+    config (`parse_settings`) and declares the stack's resources (`build`)."""
 
     def build(self, settings: Settings, context: BuildContext) -> StackOutputs: ...
 
