@@ -1,23 +1,28 @@
 """AWS: S3 result bucket with holds, instance role, VPC, the spot GPU node (or pool), stop rules and
-server-side capture of interruption events. One ComponentResource per concern, each child named after
-its component and parented to it; one explicit provider, built in `provider()`.
+server-side capture of interruption events (those two in components/aws_rules.py). One
+ComponentResource per concern, each child named after its component and parented to it; one explicit
+provider, built in `provider()`. The stack config's `aws:` block is parsed here too.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
-import json
-import math
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
 import pulumi
 import pulumi_aws as aws
-from pulumi_aws import autoscaling, budgets, cloudwatch, ebs, ec2, iam, s3, scheduler
+from pulumi_aws import autoscaling, ebs, ec2, iam, s3
 
+from components.aws_rules import (
+    EventCapture,
+    EventCaptureArgs,
+    StopRules,
+    StopRulesArgs,
+    assume_role,
+    iam_policy,
+)
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.settings import Settings, SettingsReader, cidr
@@ -25,14 +30,6 @@ from components.startup import render_startup_script
 
 ROOT_DEVICE: Final = "/dev/sda1"  # Ubuntu AMIs (the Deep Learning AMIs included)
 CACHE_DEVICE_NAME: Final = "/dev/sdf"
-INTERRUPTION_EVENTS: Final = {
-    "interruption": "EC2 Spot Instance Interruption Warning",
-    "rebalance": "EC2 Instance Rebalance Recommendation",
-    "state": "EC2 Instance State-change Notification",
-}
-#: idle stop rule: average CPU below this percentage for `stop.idle_minutes` (the agent's rule is exact)
-IDLE_CPU_PERCENT: Final = 5.0
-IDLE_PERIOD_S: Final = 300
 
 # --- the stack config's `aws:` block -------------------------------------------------------------
 
@@ -60,14 +57,6 @@ def provider(settings: Settings) -> aws.Provider:
         region=settings.region,
         default_tags=aws.ProviderDefaultTagsArgs(tags=settings.tags),
     )
-
-
-def _policy(statements: list[dict[str, object]]) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
-
-
-def _assume(service: str) -> str:
-    return _policy([{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}])
 
 
 # --- result bucket ------------------------------------------------------------------------------
@@ -176,14 +165,14 @@ class Identity(pulumi.ComponentResource):
     def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:aws:Identity", name, None, opts)
         self.role = iam.Role(
-            f"{name}-node", assume_role_policy=_assume("ec2.amazonaws.com"), opts=child(self)
+            f"{name}-node", assume_role_policy=assume_role("ec2.amazonaws.com"), opts=child(self)
         )
         bucket_arn = pulumi.Output.from_input(args.bucket_arn)
         self.policy = iam.RolePolicy(
             f"{name}-bucket",
             role=self.role.id,
             policy=bucket_arn.apply(
-                lambda arn: _policy(
+                lambda arn: iam_policy(
                     [
                         {
                             "Sid": "ListBucket",
@@ -465,183 +454,6 @@ class Pool(pulumi.ComponentResource):
         )
         self.node_ids = self.group.name.apply(lambda g: [g])
         self.register_outputs({"node_ids": self.node_ids})
-
-
-# --- stop rules ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StopRulesArgs:
-    settings: Settings
-    context: BuildContext
-    instance_id: pulumi.Input[str] | None  # single node
-    group_name: pulumi.Input[str] | None  # pool
-
-
-class StopRules(pulumi.ComponentResource):
-    """Max runtime (a one-shot stop at first `up` + the grant's runtime), idle (CPU alarm with the EC2
-    stop action), budget (AWS Budgets with e-mail alerts). The price cap is the spot max price."""
-
-    def __init__(self, name: str, args: StopRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("spot-eval:aws:StopRules", name, None, opts)
-        s = args.settings
-        stop = s.stop
-        if stop.max_runtime_s is not None:
-            at = (args.context.now + timedelta(seconds=stop.max_runtime_s)).strftime("%Y-%m-%dT%H:%M:%S")
-            # The time is fixed when the rule is first created; later `up`s leave it alone.
-            if args.instance_id is not None:
-                role = iam.Role(
-                    f"{name}-stopper", assume_role_policy=_assume("scheduler.amazonaws.com"), opts=child(self)
-                )
-                iam.RolePolicy(
-                    f"{name}-stopper",
-                    role=role.id,
-                    policy=pulumi.Output.from_input(args.instance_id).apply(
-                        lambda i: _policy(
-                            [
-                                {
-                                    "Effect": "Allow",
-                                    "Action": ["ec2:StopInstances"],
-                                    "Resource": [f"arn:aws:ec2:{s.region}:*:instance/{i}"],
-                                }
-                            ]
-                        )
-                    ),
-                    opts=child(self),
-                )
-                scheduler.Schedule(
-                    f"{name}-max-runtime",
-                    description=f"spot-eval {s.run_id}: stop {stop.max_runtime_hours} h after first up",
-                    schedule_expression=f"at({at})",
-                    schedule_expression_timezone="UTC",
-                    flexible_time_window=scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
-                    action_after_completion="NONE",
-                    target=scheduler.ScheduleTargetArgs(
-                        arn="arn:aws:scheduler:::aws-sdk:ec2:stopInstances",
-                        role_arn=role.arn,
-                        input=pulumi.Output.from_input(args.instance_id).apply(
-                            lambda i: json.dumps({"InstanceIds": [i]})
-                        ),
-                    ),
-                    opts=pulumi.ResourceOptions(parent=self, ignore_changes=["schedule_expression"]),
-                )
-            if args.group_name is not None:
-                autoscaling.Schedule(
-                    f"{name}-max-runtime",
-                    scheduled_action_name=f"{s.run_id}-max-runtime",
-                    autoscaling_group_name=args.group_name,
-                    start_time=f"{at}Z",
-                    min_size=0,
-                    max_size=0,
-                    desired_capacity=0,
-                    opts=pulumi.ResourceOptions(parent=self, ignore_changes=["start_time"]),
-                )
-        if stop.idle_s is not None and args.instance_id is not None:
-            cloudwatch.MetricAlarm(
-                f"{name}-idle",
-                alarm_description=f"spot-eval {s.run_id}: stop after {stop.idle_minutes} idle minutes",
-                namespace="AWS/EC2",
-                metric_name="CPUUtilization",
-                dimensions={"InstanceId": args.instance_id},
-                statistic="Average",
-                period=IDLE_PERIOD_S,
-                evaluation_periods=max(1, math.ceil(stop.idle_s / IDLE_PERIOD_S)),
-                threshold=IDLE_CPU_PERCENT,
-                comparison_operator="LessThanThreshold",
-                treat_missing_data="notBreaching",
-                alarm_actions=[f"arn:aws:automate:{s.region}:ec2:stop"],
-                opts=child(self),
-            )
-        if s.grant.budget is not None:
-            budgets.Budget(
-                f"{name}-budget",
-                budget_type="COST",
-                limit_amount=f"{s.grant.budget:.2f}",
-                limit_unit=s.grant.currency,
-                time_unit="ANNUALLY",
-                cost_filters=[
-                    budgets.BudgetCostFilterArgs(
-                        name="TagKeyValue", values=[f"user:spot-eval-run${s.run_id}"]
-                    )
-                ],
-                notifications=[
-                    budgets.BudgetNotificationArgs(
-                        comparison_operator="GREATER_THAN",
-                        notification_type=kind,
-                        threshold=threshold,
-                        threshold_type="PERCENTAGE",
-                        subscriber_email_addresses=list(stop.notify_emails),
-                    )
-                    for kind, threshold in (("ACTUAL", 80.0), ("ACTUAL", 100.0), ("FORECASTED", 100.0))
-                ],
-                opts=child(self),
-            )
-        self.register_outputs({})
-
-
-# --- event capture ------------------------------------------------------------------------------
-
-
-def _event_pattern(detail_type: str, instance_id: str | None) -> str:
-    pattern: dict[str, object] = {"source": ["aws.ec2"], "detail-type": [detail_type]}
-    if instance_id is not None:
-        pattern["detail"] = {"instance-id": [instance_id]}
-    return json.dumps(pattern, sort_keys=True)
-
-
-@dataclass(frozen=True)
-class EventCaptureArgs:
-    settings: Settings
-    instance_id: pulumi.Input[str] | None  # None for a pool: every instance of the region is captured
-
-
-class EventCapture(pulumi.ComponentResource):
-    """EventBridge rules sending this node's interruption, rebalance and state-change events to a
-    CloudWatch Logs group that outlives the node."""
-
-    def __init__(self, name: str, args: EventCaptureArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("spot-eval:aws:EventCapture", name, None, opts)
-        s = args.settings
-        self.log_group = cloudwatch.LogGroup(
-            f"{name}-events",
-            name=f"/spot-eval/{s.run_id}/ec2-events",
-            retention_in_days=400,
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
-        )
-        cloudwatch.LogResourcePolicy(
-            f"{name}-events",
-            policy_name=f"spot-eval-{s.run_id}-events",
-            policy_document=self.log_group.arn.apply(
-                lambda arn: _policy(
-                    [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": ["events.amazonaws.com", "delivery.logs.amazonaws.com"]},
-                            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                            "Resource": [f"{arn}:*"],
-                        }
-                    ]
-                )
-            ),
-            opts=child(self),
-        )
-        instance = pulumi.Output.from_input(args.instance_id) if args.instance_id is not None else None
-        for short, detail_type in INTERRUPTION_EVENTS.items():
-            pattern: pulumi.Output[str] | str
-            if instance is not None:
-                pattern = instance.apply(functools.partial(_event_pattern, detail_type))
-            else:
-                pattern = _event_pattern(detail_type, None)
-            rule = cloudwatch.EventRule(
-                f"{name}-{short}",
-                description=f"spot-eval {s.run_id}: {detail_type}",
-                event_pattern=pattern,
-                opts=child(self),
-            )
-            cloudwatch.EventTarget(
-                f"{name}-{short}", rule=rule.name, arn=self.log_group.arn, opts=child(self)
-            )
-        self.register_outputs({"log_group": self.log_group.name})
 
 
 # --- the stack ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Azure: storage account + container with holds, a user-assigned identity limited to the container,
-a VNet, the Spot GPU VM (or a Spot scale set), a consumption budget and an activity log alert.
-One explicit provider, built in `provider()`. Only the submodules used are imported (the package is big).
+a VNet, the Spot GPU VM (or a Spot scale set), a consumption budget and an activity log alert (those
+two in components/azure_rules.py). The stack config's `azure:` block is parsed here too. One explicit
+provider, built in `provider()`. Only the submodules used are imported (the package is big).
 """
 
 from __future__ import annotations
@@ -17,14 +18,13 @@ import pulumi_azure_native as azure_native
 from pulumi_azure_native import (
     authorization,
     compute,
-    consumption,
     managedidentity,
-    monitor,
     network,
     resources,
     storage,
 )
 
+from components.azure_rules import EventCapture, EventCaptureArgs, StopRules, StopRulesArgs
 from components.base import BuildContext, StackOutputs, child, held, short_hash
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.settings import Settings, SettingsError, SettingsReader, cidr
@@ -492,104 +492,6 @@ class Pool(pulumi.ComponentResource):
         )
         self.node_ids = self.scale_set.name.apply(lambda n: [n])
         self.register_outputs({"node_ids": self.node_ids})
-
-
-# --- stop rules ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StopRulesArgs:
-    settings: Settings
-    context: BuildContext
-    resource_group: pulumi.Input[str]
-    resource_group_id: pulumi.Input[str]
-
-
-class StopRules(pulumi.ComponentResource):
-    """Budget: a consumption budget on the resource group with e-mail alerts at 80 % and 100 %.
-    Max runtime, idle and done are the agent's (Azure has no built-in max run time); the price cap
-    is the Spot max price. An OS shutdown does not deallocate an Azure VM, so the agent exits
-    instead of powering off, and the VM is deallocated from outside."""
-
-    def __init__(self, name: str, args: StopRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("spot-eval:azure:StopRules", name, None, opts)
-        s = args.settings
-        if s.grant.budget is not None:
-            start = args.context.now.strftime("%Y-%m-01T00:00:00Z")
-            consumption.Budget(
-                f"{name}-budget",
-                budget_name=f"spot-eval-{s.run_id}",
-                scope=args.resource_group_id,
-                amount=s.grant.budget,
-                category="Cost",
-                time_grain="Annually",
-                time_period=consumption.BudgetTimePeriodArgs(start_date=start),
-                notifications={
-                    key: consumption.NotificationArgs(
-                        enabled=True,
-                        operator="GreaterThan",
-                        threshold=threshold,
-                        threshold_type=kind,
-                        contact_emails=list(s.stop.notify_emails),
-                    )
-                    for key, threshold, kind in (
-                        ("actual80", 80.0, "Actual"),
-                        ("actual100", 100.0, "Actual"),
-                        ("forecast100", 100.0, "Forecasted"),
-                    )
-                },
-                # The start month is fixed when the budget is created.
-                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["time_period"]),
-            )
-        self.register_outputs({})
-
-
-# --- event capture ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EventCaptureArgs:
-    settings: Settings
-    resource_group: pulumi.Input[str]
-    scope: pulumi.Input[str]  # the VM, or the resource group for a scale set
-
-
-class EventCapture(pulumi.ComponentResource):
-    """An activity log alert on Resource Health events of the node (evictions make it unavailable),
-    e-mailing the stop rules' recipients. The activity log itself keeps the events for 90 days."""
-
-    def __init__(self, name: str, args: EventCaptureArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("spot-eval:azure:EventCapture", name, None, opts)
-        s = args.settings
-        groups: list[monitor.ActionGroupArgs] = []
-        if s.stop.notify_emails:
-            group = monitor.ActionGroup(
-                f"{name}-notify",
-                resource_group_name=args.resource_group,
-                location="Global",
-                group_short_name="spoteval",
-                enabled=True,
-                email_receivers=[
-                    monitor.MicrosoftCommonEmailReceiverArgs(name=f"to{i}", email_address=email)
-                    for i, email in enumerate(s.stop.notify_emails)
-                ],
-                opts=child(self),
-            )
-            groups.append(monitor.ActionGroupArgs(action_group_id=group.id))
-        monitor.ActivityLogAlert(
-            f"{name}-health",
-            resource_group_name=args.resource_group,
-            location="Global",
-            enabled=True,
-            description=f"spot-eval {s.run_id}: resource health of the GPU node (evictions)",
-            scopes=[args.scope],
-            condition=monitor.AlertRuleAllOfConditionArgs(
-                all_of=[monitor.AlertRuleAnyOfOrLeafConditionArgs(field="category", equals="ResourceHealth")]
-            ),
-            actions=monitor.ActionListArgs(action_groups=groups),
-            opts=child(self),
-        )
-        self.register_outputs({})
 
 
 # --- the stack ----------------------------------------------------------------------------------
