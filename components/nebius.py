@@ -24,6 +24,7 @@ Outputs: the common ones (`provider` ... `address_kind`); `node_ids` is the inst
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Final
 
@@ -34,8 +35,9 @@ from components.base import BuildContext, StackOutputs, child, held
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import Settings, SettingsError, SettingsReader
 from components.startup import SERVICE, render_startup_script
+from spoteval.providers import NEBIUS
 
-OBJECT_STORAGE: Final = "https://storage.{region}.nebius.cloud"
+OBJECT_STORAGE: Final = NEBIUS.api_urls["object_storage"]
 BUCKET_ROLE: Final = "storage.editor"
 COMPUTE_ROLE: Final = "compute.editor"
 NEBIUS_SDK: Final = "nebius>=0.6"
@@ -51,7 +53,7 @@ from nebius.sdk import SDK
 from nebius.api.nebius.mysterybox.v1 import GetPayloadRequest, PayloadServiceClient
 
 secret_id, key_id, out = sys.argv[1:4]
-req = urllib.request.Request("http://metadata.nebius.internal/v1/iam/sa/token", headers={"Metadata": "true"})
+req = urllib.request.Request(@TOKEN_URL@, headers=@HEADERS@)
 token = json.load(urllib.request.urlopen(req, timeout=10))["access_token"]
 sdk = SDK(credentials=token, user_agent_prefix="spot-eval-node/1")
 payload = PayloadServiceClient(sdk).get(GetPayloadRequest(secret_id=secret_id)).wait()
@@ -65,6 +67,15 @@ with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
 os.replace(tmp, out)
 sdk.sync_close()
 """
+
+
+def _keys_py() -> str:
+    """The MysteryBox reader, with the metadata service's token URL and headers (spoteval/providers.py)."""
+    metadata = NEBIUS.metadata
+    assert metadata is not None
+    text = _KEYS_PY.replace("@TOKEN_URL@", json.dumps(metadata.url("token")))
+    return text.replace("@HEADERS@", json.dumps(dict(metadata.headers))).lstrip("\n")
+
 
 # --- the stack config's `nebius:` block ----------------------------------------------------------
 
@@ -120,7 +131,7 @@ def preamble(settings: Settings, secret_id: str, key_id: str) -> str:
             f" && python3 -m venv {VENV}; }}\n",
             f"{VENV}/bin/pip install -q --disable-pip-version-check 'obstore>=0.8' '{NEBIUS_SDK}'\n",
             "cat > /opt/spot-eval/nebius_keys.py <<'SPOT_EVAL_EOF'\n",
-            _KEYS_PY.lstrip("\n"),
+            _keys_py(),
             "SPOT_EVAL_EOF\n",
             f"[ -s {S3_ENV_FILE} ] || {VENV}/bin/python /opt/spot-eval/nebius_keys.py"
             f" {secret_id} {key_id} {S3_ENV_FILE}\n",
