@@ -215,3 +215,25 @@ def test_notice_seconds_left_counts_down() -> None:
     now = utc_now()
     notice = notices.Notice("sigterm", now, now + timedelta(seconds=10))
     assert 9 < notice.seconds_left() <= 10
+
+
+def test_notice_facts_come_from_the_provider_table() -> None:
+    from spoteval.providers import BY_KEY
+
+    assert issubclass(notices.AwsWatcher, notices.PollingWatcher)
+    assert issubclass(notices.AzureWatcher, notices.PollingWatcher)
+    assert notices.DEFAULT_POLL_S == {"aws": 5.0, "gcp": 60.0, "azure": 1.0}
+    assert notices.NOTICE_S == {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
+    assert notices.SIGTERM_GRACE_S == {
+        "aws": 30.0,
+        "gcp": 30.0,
+        "azure": 30.0,
+        "k8s": 15.0,
+        "nebius": 60.0,
+        "runpod": 5.0,
+        "local": 10.0,
+    }
+    for key, url in notices.DEFAULT_METADATA_URL.items():
+        metadata = BY_KEY[key].metadata
+        assert metadata is not None and url == metadata.base_url
+    assert sorted(notices.DEFAULT_METADATA_URL) == ["aws", "azure", "gcp"]

@@ -1,0 +1,123 @@
+"""Interruption notices: one module per source behind one `Watcher` interface, plus SIGTERM for every
+provider.
+
+Each watcher runs in a daemon thread and calls `deliver(notice)` when the capacity is about to go.
+The base URL comes from the config's `metadata_url` (tests point it at a fake); every URL, path,
+header and notice length comes from spoteval/providers.py.
+
+- base.py     `Notice`, the `Watcher` protocol, `WatchContext`, `PollingWatcher` (the shared loop)
+- http.py     the metadata HTTP helper (never through a proxy; the price lookups use it too)
+- aws.py      IMDSv2 spot instance-action and rebalance recommendation, polled every 5 s
+- gcp.py      `instance/preempted`, long-polled
+- azure.py    Scheduled Events, polled every 1 s, acknowledged once in-flight work is recorded
+- sigterm.py  SIGTERM and SIGINT as a `sigterm` notice
+- k8s, nebius, runpod, local: no metadata endpoint; SIGTERM only.
+
+A `sigterm` notice's deadline is the provider's usual grace before SIGKILL (`SIGTERM_GRACE_S`, or
+the config's `sigterm_grace_s`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from spoteval.agent.notices.aws import AwsWatcher
+from spoteval.agent.notices.azure import EVENTS_PATH as AZURE_EVENTS_PATH
+from spoteval.agent.notices.azure import STOPPING_EVENTS as AZURE_STOPPING_EVENTS
+from spoteval.agent.notices.azure import AzureWatcher
+from spoteval.agent.notices.base import (
+    Deliver,
+    Log,
+    Notice,
+    PollingWatcher,
+    WatchContext,
+    Watcher,
+    stderr_log,
+)
+from spoteval.agent.notices.gcp import GcpWatcher
+from spoteval.agent.notices.http import Reply, http
+from spoteval.agent.notices.sigterm import SignalWatcher
+from spoteval.providers import BY_KEY
+
+#: the agent's own provider for a node on the user's machine (drills, tests): SIGTERM only
+LOCAL: Final = "local"
+LOCAL_SIGTERM_GRACE_S: Final = 10.0
+
+_WITH_WATCHER: Final = ("aws", "gcp", "azure")
+DEFAULT_METADATA_URL: Final[Mapping[str, str]] = {
+    key: metadata.base_url for key in _WITH_WATCHER if (metadata := BY_KEY[key].metadata) is not None
+}
+DEFAULT_POLL_S: Final[Mapping[str, float]] = {
+    key: metadata.poll_s
+    for key in _WITH_WATCHER
+    if (metadata := BY_KEY[key].metadata) is not None and metadata.poll_s is not None
+}
+#: Seconds from a provider notice to reclaim when the notice itself carries no time.
+NOTICE_S: Final[Mapping[str, float]] = {
+    key: float(notice) for key in _WITH_WATCHER if (notice := BY_KEY[key].notice_s) is not None
+}
+#: Seconds from SIGTERM to SIGKILL the agent assumes per provider (conservative; spoteval/providers.py)
+SIGTERM_GRACE_S: Final[Mapping[str, float]] = {
+    **{key: facts.sigterm_grace_s for key, facts in BY_KEY.items()},
+    LOCAL: LOCAL_SIGTERM_GRACE_S,
+}
+
+
+def _no_metadata(ctx: WatchContext) -> Watcher | None:
+    return None
+
+
+WATCHERS: Final[Mapping[str, Callable[[WatchContext], Watcher | None]]] = {
+    "aws": AwsWatcher,
+    "gcp": GcpWatcher,
+    "azure": AzureWatcher,
+    "k8s": _no_metadata,
+    "nebius": _no_metadata,
+    "runpod": _no_metadata,
+    LOCAL: _no_metadata,
+}
+
+
+def provider_watcher(
+    provider: str, metadata_url: str | None, poll_s: float | None, log: Log
+) -> Watcher | None:
+    """The provider's metadata watcher (None for providers that only send SIGTERM)."""
+    base = metadata_url or DEFAULT_METADATA_URL.get(provider, "")
+    ctx = WatchContext(provider, base.rstrip("/"), poll_s or DEFAULT_POLL_S.get(provider, 5.0), log)
+    return WATCHERS[provider](ctx)
+
+
+def start_watcher(watcher: Watcher, deliver: Deliver, stopping: threading.Event) -> threading.Thread:
+    thread = threading.Thread(
+        target=watcher.watch, args=(deliver, stopping), name=f"notice-{watcher.name}", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+__all__ = [
+    "AZURE_EVENTS_PATH",
+    "AZURE_STOPPING_EVENTS",
+    "DEFAULT_METADATA_URL",
+    "DEFAULT_POLL_S",
+    "NOTICE_S",
+    "SIGTERM_GRACE_S",
+    "WATCHERS",
+    "AwsWatcher",
+    "AzureWatcher",
+    "Deliver",
+    "GcpWatcher",
+    "Log",
+    "Notice",
+    "PollingWatcher",
+    "Reply",
+    "SignalWatcher",
+    "WatchContext",
+    "Watcher",
+    "http",
+    "provider_watcher",
+    "start_watcher",
+    "stderr_log",
+]
