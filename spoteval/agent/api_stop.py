@@ -33,9 +33,17 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from spoteval.providers import BY_KEY, NEBIUS
+
 PROG: Final = "spot-eval-api-stop"
-PROVIDERS: Final = ("nebius", "runpod")
-NEBIUS_METADATA_URL: Final = "http://metadata.nebius.internal"
+#: providers whose node is stopped through the provider's API (spoteval/providers.py)
+PROVIDERS: Final = tuple(p.key for p in BY_KEY.values() if p.api_stop)
+_NEBIUS_METADATA = NEBIUS.metadata
+assert _NEBIUS_METADATA is not None
+NEBIUS_METADATA_URL: Final = _NEBIUS_METADATA.base_url
+NEBIUS_METADATA_HEADERS: Final = _NEBIUS_METADATA.headers
+NEBIUS_INSTANCE_PATH: Final = _NEBIUS_METADATA.paths["instance_data"]
+NEBIUS_TOKEN_PATH: Final = _NEBIUS_METADATA.paths["token"]
 NEBIUS_TOKEN_ENV: Final = "NEBIUS_IAM_TOKEN"
 NEBIUS_ADDRESS_ENV: Final = "NEBIUS_API_ADDRESS"
 RUNPOD_POD_ENV: Final = "RUNPOD_POD_ID"
@@ -54,7 +62,7 @@ def command(provider: str, python: str | None = None) -> tuple[str, ...]:
 
 def _metadata_json(base: str, path: str, timeout: float) -> Mapping[str, Any]:
     url = base.rstrip("/") + path
-    request = urllib.request.Request(url, headers={"Metadata": "true"})
+    request = urllib.request.Request(url, headers=dict(NEBIUS_METADATA_HEADERS))
     try:
         with _OPENER.open(request, timeout=timeout) as reply:
             data = json.loads(reply.read())
@@ -69,13 +77,13 @@ def _metadata_json(base: str, path: str, timeout: float) -> Mapping[str, Any]:
 
 def nebius_identity(metadata_url: str, env: Mapping[str, str], timeout: float) -> tuple[str, str]:
     """(instance id, access token) from the VM's metadata service (the token may come from env)."""
-    instance = _metadata_json(metadata_url, "/v1/instance-data", timeout)
+    instance = _metadata_json(metadata_url, NEBIUS_INSTANCE_PATH, timeout)
     instance_id = instance.get("id")
     if not isinstance(instance_id, str) or not instance_id:
         raise StopError("metadata /v1/instance-data: no instance id")
     token = env.get(NEBIUS_TOKEN_ENV, "")
     if not token:
-        answer = _metadata_json(metadata_url, "/v1/iam/sa/token", timeout)
+        answer = _metadata_json(metadata_url, NEBIUS_TOKEN_PATH, timeout)
         token = str(answer.get("access_token") or "")
         if not token:
             raise StopError(

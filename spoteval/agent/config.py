@@ -12,26 +12,25 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 from urllib.parse import urlparse
 
+from spoteval.config_reader import ErrorFactory, Reader
+from spoteval.providers import BY_KEY, KEYS
 from spoteval.record import MARKETS, RecordError, check_id
 from spoteval.store import StoreError, check_url
 
-PROVIDERS: Final = ("aws", "gcp", "azure", "k8s", "nebius", "runpod", "local")
+#: the providers a node may be on; `local` runs the agent on the user's machine (drills, tests)
+PROVIDERS: Final = (*KEYS, "local")
 PLACEHOLDERS: Final = ("{episode_id}", "{model_url}", "{output}")
 ON_DONE: Final = ("exit", "poweroff", "api_stop")
 DEFAULT_SPOOL_DIR: Final = "/var/lib/spot-eval/spool"
 DEFAULT_BOOT_FILE: Final = "/var/lib/spot-eval/boot.json"
 DEFAULT_POWEROFF: Final = ("systemctl", "poweroff")
 #: Providers where powering off from inside the OS does not stop the bill (or makes no sense).
-NO_OS_POWEROFF: Final = {
-    "nebius": "Nebius reboots a VM shut down from inside the OS and keeps billing it",
-    "k8s": "a pod cannot power off its node; exit and let the Job finish",
-    "runpod": "a Runpod pod is stopped through the provider's API, not from inside",
-}
+NO_OS_POWEROFF: Final = {p.key: p.os_poweroff for p in BY_KEY.values() if p.os_poweroff is not None}
 #: Store options the agent sets when the config does not: fail fast, the agent retries itself.
 STORE_DEFAULTS: Final[Mapping[str, Any]] = {
     "max_retries": 2,
@@ -124,75 +123,39 @@ class AgentConfig:
         return os.path.join(tempfile.gettempdir(), f"spot-eval-{self.run_id}")
 
 
-# --- small typed readers ------------------------------------------------------------------------
+# --- the config reader, in the agent's wording -----------------------------------------------------
 
 
-class _Section:
-    """A JSON object being read: each `take_*` consumes a key; `done()` refuses the rest."""
+def _config_error(key: str, problem: str) -> ConfigError:
+    return ConfigError(f"{key}: {problem}")
 
-    def __init__(self, raw: object, path: str) -> None:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path or 'config'}: must be a JSON object, got {type(raw).__name__}")
-        self.raw: dict[str, Any] = dict(raw)
-        self.path = path
 
-    def name(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
+class _Section(Reader):
+    """A JSON object of the config being read (spoteval/config_reader.py), in the agent's published
+    wording: `missing key X`, `unknown key X, Y`, one message for a bad integer."""
 
-    def has(self, key: str) -> bool:
-        return key in self.raw and self.raw[key] is not None
+    NOT_MAPPING = "must be a JSON object, got {type}"
+    NOT_INTEGER = "must be an integer >= {minimum}, got {value!r}"
+    INTEGER_BELOW = "must be an integer >= {minimum}, got {value!r}"
 
-    def take(self, key: str, required: bool) -> Any:
-        if key not in self.raw or self.raw[key] is None:
-            self.raw.pop(key, None)
-            if required:
-                raise ConfigError(f"missing key {self.name(key)}")
-            return None
-        return self.raw.pop(key)
+    def __init__(
+        self,
+        raw: object,
+        where: str = "",
+        *,
+        error: ErrorFactory = _config_error,
+        known: Iterable[str] | None = None,
+        label: str = "config",
+    ) -> None:
+        super().__init__(raw, where, error=error, known=known, label=label)
 
-    def str_(self, key: str, required: bool = False) -> str | None:
-        value = self.take(key, required)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{self.name(key)}: must be a non-empty string, got {value!r}")
-        return value
-
-    def number(self, key: str, default: float | None, *, minimum: float = 0.0, positive: bool = False) -> Any:
-        value = self.take(key, False)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{self.name(key)}: must be a number, got {value!r}")
-        if value < minimum or (positive and value <= 0):
-            bound = "> 0" if positive else f">= {minimum:g}"
-            raise ConfigError(f"{self.name(key)}: must be {bound}, got {value!r}")
-        return float(value)
-
-    def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
-        value = self.take(key, False)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"{self.name(key)}: must be an integer >= {minimum}, got {value!r}")
-        return value
-
-    def argv(self, key: str, required: bool) -> tuple[str, ...]:
-        value = self.take(key, required)
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"{self.name(key)}: must be a non-empty list of strings (argv), got {value!r}")
-        return tuple(value)
-
-    def section(self, key: str, required: bool) -> _Section | None:
-        value = self.take(key, required)
-        return None if value is None else _Section(value, self.name(key))
+    def missing(self, key: str) -> NoReturn:
+        raise ConfigError(f"missing key {self.path(key)}")
 
     def done(self) -> None:
-        if self.raw:
-            unknown = ", ".join(self.name(k) for k in sorted(self.raw))
-            raise ConfigError(f"unknown key {unknown}")
+        unknown = sorted(str(k) for k in self.raw if k not in self.seen)
+        if unknown:
+            raise ConfigError(f"unknown key {', '.join(self.path(k) for k in unknown)}")
 
 
 def _http_url(value: str | None, key: str) -> str | None:
@@ -216,50 +179,45 @@ def _abs_path(value: str | None, key: str) -> str | None:
 def parse(raw: object) -> AgentConfig:
     """Parse and check a configuration object; raises ConfigError naming the offending key."""
     top = _Section(raw, "")
-    run_id = top.str_("run_id", required=True)
-    assert run_id is not None
+    run_id = top.string("run_id")
     try:
         check_id(run_id, "run_id")
     except RecordError as exc:
         raise ConfigError(str(exc)) from None
-    store = top.str_("store", required=True)
+    store = top.string("store")
     try:
         check_url(store)
     except StoreError as exc:
         raise ConfigError(f"store: {exc}") from None
-    assert store is not None
-    options_raw = top.take("store_options", False) or {}
+    options_raw = top.value("store_options") or {}
     if not isinstance(options_raw, dict):
         raise ConfigError(f"store_options: must be a JSON object, got {options_raw!r}")
 
-    node_s = top.section("node", required=True)
-    assert node_s is not None
-    node_id = node_s.str_("id", required=True)
-    provider = node_s.str_("provider", required=True)
+    node_s = top.section("node")
+    node_id = node_s.string("id")
+    provider = node_s.string("provider")
     if provider not in PROVIDERS:
         raise ConfigError(f"node.provider: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
-    market = node_s.str_("market") or "spot"
+    market = node_s.opt_string("market") or "spot"
     if market not in MARKETS:
         raise ConfigError(f"node.market: {market!r} is not one of {', '.join(sorted(MARKETS))}")
-    assert node_id is not None and provider is not None
     node = NodeConfig(
         id=node_id,
         provider=provider,
-        region=node_s.str_("region"),
-        zone=node_s.str_("zone"),
-        instance_type=node_s.str_("instance_type"),
+        region=node_s.opt_string("region"),
+        zone=node_s.opt_string("zone"),
+        instance_type=node_s.opt_string("instance_type"),
         market=market,
     )
     node_s.done()
 
-    metadata_url = _http_url(top.str_("metadata_url"), "metadata_url")
-    metadata_poll_s = top.number("metadata_poll_s", None, positive=True)
+    metadata_url = _http_url(top.opt_string("metadata_url"), "metadata_url")
+    metadata_poll_s = top.opt_number("metadata_poll_s", positive=True)
 
-    server_s = top.section("server", required=True)
-    assert server_s is not None
-    server_url = _http_url(server_s.str_("url", required=True), "server.url")
+    server_s = top.section("server")
+    server_url = _http_url(server_s.string("url"), "server.url")
     assert server_url is not None
-    health_path = server_s.str_("health_path") or "/health"
+    health_path = server_s.opt_string("health_path") or "/health"
     if not health_path.startswith("/"):
         raise ConfigError(f"server.health_path: {health_path!r} must start with /")
     server = ServerConfig(
@@ -270,8 +228,7 @@ def parse(raw: object) -> AgentConfig:
     )
     server_s.done()
 
-    ep_s = top.section("episodes", required=True)
-    assert ep_s is not None
+    ep_s = top.section("episodes")
     command = ep_s.argv("command", required=True)
     joined = " ".join(command)
     if "{output}" not in joined:
@@ -285,19 +242,17 @@ def parse(raw: object) -> AgentConfig:
     ep_s.done()
 
     price: PriceConfig | None = None
-    price_s = top.section("price", required=False)
+    price_s = top.opt_section("price")
     if price_s is not None:
-        per_hour = price_s.number("per_hour", None)
-        if per_hour is None:
-            raise ConfigError("missing key price.per_hour")
-        price = PriceConfig(per_hour=per_hour, currency=price_s.str_("currency") or "USD")
+        per_hour = price_s.number("per_hour")
+        price = PriceConfig(per_hour=per_hour, currency=price_s.opt_string("currency") or "USD")
         price_s.done()
-    price_api_url = _http_url(top.str_("price_api_url"), "price_api_url")
+    price_api_url = _http_url(top.opt_string("price_api_url"), "price_api_url")
 
     rules = StopRules()
-    rules_s = top.section("stop_rules", required=False)
+    rules_s = top.opt_section("stop_rules")
     if rules_s is not None:
-        on_done = rules_s.str_("on_done") or "exit"
+        on_done = rules_s.opt_string("on_done") or "exit"
         if on_done not in ON_DONE:
             raise ConfigError(f"stop_rules.on_done: {on_done!r} is not one of {', '.join(ON_DONE)}")
         explicit_poweroff = rules_s.has("poweroff_command")
@@ -317,14 +272,17 @@ def parse(raw: object) -> AgentConfig:
                 f"({NO_OS_POWEROFF[provider]}); use exit, or set stop_rules.poweroff_command"
             )
         rules = StopRules(
-            max_runtime_s=rules_s.number("max_runtime_s", None, positive=True),
-            idle_s=rules_s.number("idle_s", None, positive=True),
-            budget=rules_s.number("budget", None, positive=True),
+            max_runtime_s=rules_s.opt_number("max_runtime_s", positive=True),
+            idle_s=rules_s.opt_number("idle_s", positive=True),
+            budget=rules_s.opt_number("budget", positive=True),
             on_done=on_done,
             poweroff_command=poweroff,
         )
         rules_s.done()
-    reads_own_price = provider == "azure" or (provider == "aws" and node.market == "spot")
+    facts = BY_KEY.get(provider)
+    reads_own_price = (
+        facts is not None and facts.price is not None and node.market in facts.price.node_markets
+    )
     if rules.budget is not None and price is None and not reads_own_price:
         raise ConfigError(
             f"stop_rules.budget: needs price.per_hour (a {provider} {node.market} node cannot read its "
@@ -344,10 +302,10 @@ def parse(raw: object) -> AgentConfig:
         price_api_url=price_api_url,
         stop_rules=rules,
         heartbeat_s=top.number("heartbeat_s", 30.0, positive=True),
-        spool_dir=_abs_path(top.str_("spool_dir"), "spool_dir") or DEFAULT_SPOOL_DIR,
-        work_dir=_abs_path(top.str_("work_dir"), "work_dir"),
-        boot_file=_abs_path(top.str_("boot_file"), "boot_file") or DEFAULT_BOOT_FILE,
-        sigterm_grace_s=top.number("sigterm_grace_s", None, positive=True),
+        spool_dir=_abs_path(top.opt_string("spool_dir"), "spool_dir") or DEFAULT_SPOOL_DIR,
+        work_dir=_abs_path(top.opt_string("work_dir"), "work_dir"),
+        boot_file=_abs_path(top.opt_string("boot_file"), "boot_file") or DEFAULT_BOOT_FILE,
+        sigterm_grace_s=top.opt_number("sigterm_grace_s", positive=True),
         flush_timeout_s=top.number("flush_timeout_s", 300.0, positive=True),
     )
     top.done()
