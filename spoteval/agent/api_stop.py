@@ -80,14 +80,14 @@ def nebius_identity(metadata_url: str, env: Mapping[str, str], timeout: float) -
     instance = _metadata_json(metadata_url, NEBIUS_INSTANCE_PATH, timeout)
     instance_id = instance.get("id")
     if not isinstance(instance_id, str) or not instance_id:
-        raise StopError("metadata /v1/instance-data: no instance id")
+        raise StopError(f"metadata {NEBIUS_INSTANCE_PATH}: no instance id")
     token = env.get(NEBIUS_TOKEN_ENV, "")
     if not token:
         answer = _metadata_json(metadata_url, NEBIUS_TOKEN_PATH, timeout)
         token = str(answer.get("access_token") or "")
         if not token:
             raise StopError(
-                "metadata /v1/iam/sa/token: no access_token (is a service account attached to the VM?)"
+                f"metadata {NEBIUS_TOKEN_PATH}: no access_token (is a service account attached to the VM?)"
             )
     return instance_id, token
 

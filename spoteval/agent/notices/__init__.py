@@ -45,7 +45,10 @@ from spoteval.providers import BY_KEY
 LOCAL: Final = "local"
 LOCAL_SIGTERM_GRACE_S: Final = 10.0
 
-_WITH_WATCHER: Final = ("aws", "gcp", "azure")
+#: the providers whose metadata service gives notice (the others send SIGTERM only)
+_WITH_WATCHER: Final = tuple(
+    key for key, facts in BY_KEY.items() if facts.metadata is not None and facts.metadata.poll_s is not None
+)
 DEFAULT_METADATA_URL: Final[Mapping[str, str]] = {
     key: metadata.base_url for key in _WITH_WATCHER if (metadata := BY_KEY[key].metadata) is not None
 }
