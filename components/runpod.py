@@ -36,7 +36,13 @@ from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.runpod_provider import InterruptiblePod, NetworkVolume
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import BUCKET_URL, Settings, SettingsError, SettingsReader
-from components.startup import NODE_ID_PLACEHOLDER, OBSTORE_REQUIREMENT, object_url, server_command
+from components.startup import (
+    NODE_ID_PLACEHOLDER,
+    OBSTORE_REQUIREMENT,
+    object_url,
+    server_command,
+    stack_config_args,
+)
 from spoteval.agent.config import build_agent_config
 
 WORKSPACE: Final = "/workspace"
@@ -98,33 +104,17 @@ def agent_config(settings: Settings) -> dict[str, Any]:
     """The node agent's config for this pod (spoteval/agent/config.py); the pod fills in its id."""
     rp = own(settings)
     return build_agent_config(
-        run_id=settings.run_id,
+        **stack_config_args(settings),
         store=rp.bucket_url,
         store_options={"endpoint": rp.s3_endpoint, "region": rp.s3_region},
         node_id=NODE_ID_PLACEHOLDER,
-        provider="runpod",
-        region=settings.region,
-        instance_type=settings.node.instance_type,
-        market=settings.node.market,
         server_url=f"http://127.0.0.1:{settings.server.port}",
         server_command=server_command(settings, cache_dir=CACHE_DIR),
-        health_path=settings.server.health_path,
-        ready_timeout_s=settings.server.ready_timeout_s,
-        episodes_command=settings.eval.command,
-        concurrency=settings.eval.concurrency,
-        max_attempts=settings.eval.max_attempts,
-        timeout_s=settings.eval.timeout_s,
-        on_done=settings.stop.on_done,
-        max_runtime_s=settings.stop.max_runtime_s,
-        idle_s=settings.stop.idle_s,
-        budget=settings.grant.budget,
-        heartbeat_s=settings.eval.heartbeat_s,
         # on the network volume: what a 5 s notice leaves spooled survives the container disk
         spool_dir=f"{STATE_DIR}/spool",
         work_dir="/tmp/spot-eval-work",
         boot_file=f"{STATE_DIR}/boot.json",
         price_per_hour=settings.configured_price,
-        currency=settings.grant.currency,
     )
 
 

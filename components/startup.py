@@ -65,6 +65,29 @@ def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
     return out
 
 
+def stack_config_args(settings: Settings) -> dict[str, Any]:
+    """What every node's agent config takes from the stack's settings (build_agent_config's keywords)."""
+    return {
+        "run_id": settings.run_id,
+        "provider": settings.provider,
+        "region": settings.region,
+        "instance_type": settings.node.instance_type,
+        "market": settings.node.market,
+        "health_path": settings.server.health_path,
+        "ready_timeout_s": settings.server.ready_timeout_s,
+        "episodes_command": settings.eval.command,
+        "concurrency": settings.eval.concurrency,
+        "max_attempts": settings.eval.max_attempts,
+        "timeout_s": settings.eval.timeout_s,
+        "on_done": settings.stop.on_done,
+        "max_runtime_s": settings.stop.max_runtime_s,
+        "idle_s": settings.stop.idle_s,
+        "budget": settings.grant.budget,
+        "heartbeat_s": settings.eval.heartbeat_s,
+        "currency": settings.grant.currency,
+    }
+
+
 def agent_config(
     settings: Settings,
     *,
@@ -82,31 +105,15 @@ def agent_config(
     # The node reads its own price where the provider has an API for it (the configured one otherwise).
     node_reads_price = facts.price is not None and bool(facts.price.node_markets)
     return build_agent_config(
-        run_id=settings.run_id,
+        **stack_config_args(settings),
         store=store_url,
         node_id=node_id,
-        provider=settings.provider,
-        region=settings.region,
         zone=settings.zone,
-        instance_type=settings.node.instance_type,
-        market=settings.node.market,
         server_url=server_url or f"http://127.0.0.1:{settings.server.port}",
         server_command=None if external_server else server_command(settings),
-        health_path=settings.server.health_path,
-        ready_timeout_s=settings.server.ready_timeout_s,
-        episodes_command=settings.eval.command,
-        concurrency=settings.eval.concurrency,
-        max_attempts=settings.eval.max_attempts,
-        timeout_s=settings.eval.timeout_s,
-        on_done=settings.stop.on_done,
-        max_runtime_s=settings.stop.max_runtime_s,
-        idle_s=settings.stop.idle_s,
-        budget=settings.grant.budget,
-        heartbeat_s=settings.eval.heartbeat_s,
         sigterm_grace_s=max(1, stop_timeout_s(settings) - STOP_MARGIN_S),
         metadata_url=facts.metadata.base_url if facts.metadata is not None else None,
         price_per_hour=None if node_reads_price else settings.configured_price,
-        currency=settings.grant.currency,
     )
 
 
