@@ -133,8 +133,13 @@ FACT_FIELDS: Final = tuple(
 )
 
 
-def _sources(**urls: str | Source) -> dict[str, Source]:
-    return {k: v if isinstance(v, Source) else Source(v) for k, v in urls.items()}
+def _cited(*groups: tuple[str | Source, str]) -> dict[str, Source]:
+    """Sources by fact: each group is (a page or a Source, the names of the facts checked there)."""
+    return {
+        fact: page if isinstance(page, Source) else Source(page)
+        for page, facts in groups
+        for fact in facts.split()
+    }
 
 
 _AWS_SPOT = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html"
@@ -190,24 +195,19 @@ AWS: Final = ProviderFacts(
     os_poweroff=None,
     os_poweroff_billed=None,
     api_stop=False,
-    sources=_sources(
-        notice_s=_AWS_SPOT,
-        notice_via=_AWS_SPOT,
-        sigterm_grace_s=Source(_AWS_SHUTDOWN, note="the agent's assumption for an OS shutdown"),
-        metadata=_AWS_IMDS,
-        price=_AWS_PRICE,
-        api_urls=_AWS_PRICE,
-        billed_from_boot=_AWS_BILLING,
-        restarts_itself=_AWS_BEHAVIOUR,
-        can_stay_stopped=_AWS_BEHAVIOUR,
-        restart=_AWS_BEHAVIOUR,
-        address=_AWS_ADDRESS,
-        default_address=_AWS_ADDRESS,
-        takes_bid="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-instances.html",
-        markets="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-instances.html",
-        os_poweroff=_AWS_SHUTDOWN,
-        os_poweroff_billed=_AWS_SHUTDOWN,
-        api_stop=_AWS_SHUTDOWN,
+    sources=_cited(
+        (_AWS_SPOT, "notice_s notice_via"),
+        (Source(_AWS_SHUTDOWN, note="the agent's assumption for an OS shutdown"), "sigterm_grace_s"),
+        (_AWS_IMDS, "metadata"),
+        (_AWS_PRICE, "price api_urls"),
+        (_AWS_BILLING, "billed_from_boot"),
+        (_AWS_BEHAVIOUR, "restarts_itself can_stay_stopped restart"),
+        (_AWS_ADDRESS, "address default_address"),
+        (
+            "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-instances.html",
+            "takes_bid markets",
+        ),
+        (_AWS_SHUTDOWN, "os_poweroff os_poweroff_billed api_stop"),
     ),
 )
 
@@ -254,24 +254,13 @@ GCP: Final = ProviderFacts(
     os_poweroff=None,
     os_poweroff_billed=None,
     api_stop=False,
-    sources=_sources(
-        notice_s=_GCP_SPOT,
-        notice_via=_GCP_DETECT,
-        sigterm_grace_s=_GCP_SPOT,
-        metadata=_GCP_METADATA,
-        price=_GCP_PRICE,
-        api_urls=_GCP_PRICE,
-        billed_from_boot=_GCP_BILLING,
-        restarts_itself=_GCP_SPOT,
-        can_stay_stopped=_GCP_SPOT,
-        restart=_GCP_SPOT,
-        address=_GCP_ADDRESS,
-        default_address=_GCP_ADDRESS,
-        takes_bid=_GCP_SPOT,
-        markets=_GCP_SPOT,
-        os_poweroff=_GCP_BILLING,
-        os_poweroff_billed=_GCP_BILLING,
-        api_stop=_GCP_BILLING,
+    sources=_cited(
+        (_GCP_SPOT, "notice_s sigterm_grace_s restarts_itself can_stay_stopped restart takes_bid markets"),
+        (_GCP_DETECT, "notice_via"),
+        (_GCP_METADATA, "metadata"),
+        (_GCP_PRICE, "price api_urls"),
+        (_GCP_BILLING, "billed_from_boot os_poweroff os_poweroff_billed api_stop"),
+        (_GCP_ADDRESS, "address default_address"),
     ),
 )
 
@@ -319,24 +308,13 @@ AZURE: Final = ProviderFacts(
     os_poweroff=None,
     os_poweroff_billed="poweroff from inside the OS leaves an Azure VM allocated and billed",
     api_stop=False,
-    sources=_sources(
-        notice_s=_AZ_EVENTS,
-        notice_via=_AZ_EVENTS,
-        sigterm_grace_s=_AZ_STATES,
-        metadata=_AZ_IMDS,
-        price=_AZ_PRICE,
-        api_urls=_AZ_PRICE,
-        billed_from_boot=_AZ_STATES,
-        restarts_itself=_AZ_SPOT,
-        can_stay_stopped=_AZ_SPOT,
-        restart=_AZ_SPOT,
-        address=_AZ_ADDRESS,
-        default_address=_AZ_ADDRESS,
-        takes_bid=_AZ_SPOT,
-        markets=_AZ_SPOT,
-        os_poweroff=_AZ_STATES,
-        os_poweroff_billed=_AZ_STATES,
-        api_stop=_AZ_STATES,
+    sources=_cited(
+        (_AZ_EVENTS, "notice_s notice_via"),
+        (_AZ_STATES, "sigterm_grace_s billed_from_boot os_poweroff os_poweroff_billed api_stop"),
+        (_AZ_IMDS, "metadata"),
+        (_AZ_PRICE, "price api_urls"),
+        (_AZ_SPOT, "restarts_itself can_stay_stopped restart takes_bid markets"),
+        (_AZ_ADDRESS, "address default_address"),
     ),
 )
 
@@ -365,24 +343,19 @@ KUBERNETES: Final = ProviderFacts(
     os_poweroff="a pod cannot power off its node; exit and let the Job finish",
     os_poweroff_billed=None,
     api_stop=False,
-    sources=_sources(
-        notice_s=_K8S_TERMINATION,
-        notice_via=_K8S_TERMINATION,
-        sigterm_grace_s=Source(_GKE_SPOT, note="GKE spot gives user pods 15 s by default, the shortest"),
-        metadata=_K8S_TERMINATION,
-        price=_K8S_TERMINATION,
-        api_urls=_K8S_TERMINATION,
-        billed_from_boot=_K8S_TERMINATION,
-        restarts_itself="https://kubernetes.io/docs/concepts/workloads/controllers/job/",
-        can_stay_stopped="https://kubernetes.io/docs/concepts/workloads/controllers/job/",
-        restart="https://kubernetes.io/docs/concepts/workloads/controllers/job/",
-        address=_K8S_SERVICE,
-        default_address=_K8S_SERVICE,
-        takes_bid=_GKE_SPOT,
-        markets=_GKE_SPOT,
-        os_poweroff=_K8S_TERMINATION,
-        os_poweroff_billed=_K8S_TERMINATION,
-        api_stop=_K8S_TERMINATION,
+    sources=_cited(
+        (
+            _K8S_TERMINATION,
+            "notice_s notice_via metadata price api_urls billed_from_boot"
+            " os_poweroff os_poweroff_billed api_stop",
+        ),
+        (Source(_GKE_SPOT, note="GKE spot gives user pods 15 s by default, the shortest"), "sigterm_grace_s"),
+        (
+            "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
+            "restarts_itself can_stay_stopped restart",
+        ),
+        (_K8S_SERVICE, "address default_address"),
+        (_GKE_SPOT, "takes_bid markets"),
     ),
 )
 
@@ -423,24 +396,17 @@ NEBIUS: Final = ProviderFacts(
     os_poweroff="Nebius reboots a VM shut down from inside the OS and keeps billing it",
     os_poweroff_billed=None,
     api_stop=True,
-    sources=_sources(
-        notice_s=_NB_PREEMPTIBLE,
-        notice_via=_NB_PREEMPTIBLE,
-        sigterm_grace_s=_NB_PREEMPTIBLE,
-        metadata=_NB_METADATA,
-        price=_NB_PRICE,
-        api_urls=_NB_STORAGE,
-        billed_from_boot=_NB_TERMS,
-        restarts_itself=_NB_PREEMPTIBLE,
-        can_stay_stopped=_NB_PREEMPTIBLE,
-        restart=_NB_PROTO,
-        address=_NB_PREEMPTIBLE,
-        default_address=_NB_PREEMPTIBLE,
-        takes_bid=_NB_PROTO,
-        markets=_NB_PREEMPTIBLE,
-        os_poweroff=_NB_PROTO,
-        os_poweroff_billed=_NB_PROTO,
-        api_stop=_NB_PROTO,
+    sources=_cited(
+        (
+            _NB_PREEMPTIBLE,
+            "notice_s notice_via sigterm_grace_s restarts_itself can_stay_stopped"
+            " address default_address markets",
+        ),
+        (_NB_METADATA, "metadata"),
+        (_NB_PRICE, "price"),
+        (_NB_STORAGE, "api_urls"),
+        (_NB_TERMS, "billed_from_boot"),
+        (_NB_PROTO, "restart takes_bid os_poweroff os_poweroff_billed api_stop"),
     ),
 )
 
@@ -479,24 +445,15 @@ RUNPOD: Final = ProviderFacts(
     os_poweroff="a Runpod pod is stopped through the provider's API, not from inside",
     os_poweroff_billed=None,
     api_stop=True,
-    sources=_sources(
-        notice_s=_RP_PRICING,
-        notice_via=_RP_PRICING,
-        sigterm_grace_s=_RP_PRICING,
-        metadata=_RP_PRICING,
-        price=_RP_GRAPHQL,
-        api_urls=_RP_REST,
-        billed_from_boot=_RP_PRICING,
-        restarts_itself=_RP_GRAPHQL,
-        can_stay_stopped=_RP_GRAPHQL,
-        restart=_RP_WITHDRAWN,
-        address=_RP_STORAGE,
-        default_address=_RP_STORAGE,
-        takes_bid=_RP_GRAPHQL,
-        markets=_RP_WITHDRAWN,
-        os_poweroff=_RP_GRAPHQL,
-        os_poweroff_billed=_RP_GRAPHQL,
-        api_stop=_RP_GRAPHQL,
+    sources=_cited(
+        (_RP_PRICING, "notice_s notice_via sigterm_grace_s metadata billed_from_boot"),
+        (
+            _RP_GRAPHQL,
+            "price restarts_itself can_stay_stopped takes_bid os_poweroff os_poweroff_billed api_stop",
+        ),
+        (_RP_REST, "api_urls"),
+        (_RP_WITHDRAWN, "restart markets"),
+        (_RP_STORAGE, "address default_address"),
     ),
 )
 
