@@ -7,6 +7,7 @@ provider, built in `provider()`. The stack config's `aws:` block is parsed here 
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -25,14 +26,35 @@ from components.aws_rules import (
 )
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.settings import Settings, SettingsReader, cidr
+from components.settings import CommonKeyRules, Settings, SettingsReader, cidr
 from components.startup import render_startup_script
 
 ROOT_DEVICE: Final = "/dev/sda1"  # Ubuntu AMIs (the Deep Learning AMIs included)
 CACHE_DEVICE_NAME: Final = "/dev/sdf"
 
-# --- the stack config's `aws:` block -------------------------------------------------------------
+# --- the stack config: rules for the common keys, the `aws:` block -----------------------------
 
+_AMI: Final = re.compile(r"^(ami-[0-9a-f]{8,17}|resolve:ssm:/[A-Za-z0-9_./-]+)$")
+
+
+def _zone_problem(region: str, zone: str) -> str | None:
+    if re.fullmatch(re.escape(region) + r"[a-z]", zone):
+        return None
+    return f"{zone!r} is not a zone of {region}"
+
+
+def _image_problem(image: str) -> str | None:
+    return None if _AMI.match(image) else f"must be an AMI id or resolve:ssm:/parameter, got {image!r}"
+
+
+#: the keys every stack has, as AWS names them: the node's disks live in one zone, the budget mails
+COMMON_RULES: Final = CommonKeyRules(
+    region=re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$"),
+    zone=_zone_problem,
+    zone_required=True,
+    image=_image_problem,
+    budget_alerts=True,
+)
 SETTINGS_KEYS: Final = frozenset({"vpc_cidr"})
 
 

@@ -27,7 +27,7 @@ from pulumi_azure_native import (
 from components.azure_rules import EventCapture, EventCaptureArgs, StopRules, StopRulesArgs
 from components.base import BuildContext, StackOutputs, child, held, short_hash
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.settings import Settings, SettingsError, SettingsReader, cidr
+from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_startup_script
 
 CACHE_LUN: Final = 0
@@ -39,8 +39,27 @@ BLOB_DATA_ACTIONS: Final = (
     "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/add/action",
 )
 
-# --- the stack config's `azure:` block -----------------------------------------------------------
+# --- the stack config: rules for the common keys, the `azure:` block -----------------------------
 
+
+def _zone_problem(region: str, zone: str) -> str | None:
+    return None if zone in ("1", "2", "3") else f"must be an availability zone number 1, 2 or 3, got {zone!r}"
+
+
+def _image_problem(image: str) -> str | None:
+    if len(image.split(":")) == 4 or image.startswith("/subscriptions/"):
+        return None
+    return f"must be publisher:offer:sku:version or an image id, got {image!r}"
+
+
+#: the keys every stack has, as Azure names them: zones 1-3, a Standard public IP, budget alert mails
+COMMON_RULES: Final = CommonKeyRules(
+    region=re.compile(r"^[a-z]+[a-z0-9]*$"),
+    zone=_zone_problem,
+    image=_image_problem,
+    static_address="an Azure VM's Standard public IP is always static",
+    budget_alerts=True,
+)
 SETTINGS_KEYS: Final = frozenset({"resource_group", "admin_username", "ssh_public_key", "vnet_cidr"})
 _RESOURCE_GROUP: Final = re.compile(r"^[-\w._()]{1,89}[-\w_()]$")
 

@@ -15,7 +15,7 @@ from pulumi_gcp import billing, compute, logging, serviceaccount, storage
 
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.settings import Settings, SettingsError, SettingsReader, cidr
+from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_shutdown_script, render_startup_script
 
 CACHE_DEVICE_NAME: Final = "spot-eval-cache"
@@ -23,8 +23,19 @@ CACHE_DEVICE_NAME: Final = "spot-eval-cache"
 GPU_MACHINE_FAMILIES: Final = ("a2-", "a3-", "a4-", "g2-", "g4-")
 SCOPES: Final = ["https://www.googleapis.com/auth/cloud-platform"]
 
-# --- the stack config's `gcp:` block -------------------------------------------------------------
+# --- the stack config: rules for the common keys, the `gcp:` block -----------------------------
 
+
+def _zone_problem(region: str, zone: str) -> str | None:
+    return (
+        None if re.fullmatch(re.escape(region) + r"-[a-z]", zone) else f"{zone!r} is not a zone of {region}"
+    )
+
+
+#: the keys every stack has, as GCP names them: the node's disks live in one zone
+COMMON_RULES: Final = CommonKeyRules(
+    region=re.compile(r"^[a-z]+-[a-z]+\d$"), zone=_zone_problem, zone_required=True
+)
 SETTINGS_KEYS: Final = frozenset({"project", "billing_account", "subnet_cidr"})
 _PROJECT: Final = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _BILLING_ACCOUNT: Final = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")

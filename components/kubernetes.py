@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes import apps, batch, core, meta
 
 from components.base import BuildContext, StackOutputs, child, held
-from components.settings import BUCKET_URL, Settings, SettingsError, SettingsReader
+from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import agent_config, k8s_agent_command, server_command, stop_timeout_s
 from spoteval.providers import K8S_FLAVOURS, K8sFlavour
 
@@ -31,7 +31,7 @@ CACHE_MOUNT: Final = "/cache"
 CONFIG_MAP_LIMIT: Final = 1_000_000
 EXIT_BAD_CONFIG: Final = 2
 
-# --- the stack config's `k8s:` block -------------------------------------------------------------
+# --- the stack config: rules for the common keys, the `k8s:` block -----------------------------
 
 SETTINGS_KEYS: Final = frozenset(
     {
@@ -45,6 +45,8 @@ SETTINGS_KEYS: Final = frozenset(
         "node_selector",
     }
 )
+#: the keys every stack has, on Kubernetes: the model server runs from `server.image`
+COMMON_RULES: Final = CommonKeyRules(server_image=True)
 _NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 

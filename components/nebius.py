@@ -33,7 +33,7 @@ import pulumi_nebius as nebius
 
 from components.base import BuildContext, StackOutputs, child, held
 from components.s3_objects import s3_compatible_provider, upload
-from components.settings import Settings, SettingsError, SettingsReader
+from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import SERVICE, render_startup_script
 from spoteval.providers import NEBIUS
 
@@ -77,8 +77,10 @@ def _keys_py() -> str:
     return text.replace("@HEADERS@", json.dumps(dict(metadata.headers))).lstrip("\n")
 
 
-# --- the stack config's `nebius:` block ----------------------------------------------------------
+# --- the stack config: rules for the common keys, the `nebius:` block -----------------------------
 
+#: the keys every stack has: nothing Nebius-specific (regions only, no zones)
+COMMON_RULES: Final = CommonKeyRules()
 SETTINGS_KEYS: Final = frozenset({"project_id", "tenant_id", "subnet_id"})
 
 

@@ -35,7 +35,7 @@ from components.base import BuildContext, StackOutputs, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.runpod_provider import InterruptiblePod, NetworkVolume
 from components.s3_objects import s3_compatible_provider, upload
-from components.settings import BUCKET_URL, Settings, SettingsError, SettingsReader
+from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import (
     NODE_ID_PLACEHOLDER,
     OBSTORE_REQUIREMENT,
@@ -51,8 +51,10 @@ STATE_DIR: Final = f"{WORKSPACE}/spot-eval"
 CONFIG_FILE: Final = "/tmp/spot-eval-agent.json"
 BUNDLE_FILE: Final = "/tmp/spot-eval-agent-bundle.zip"
 
-# --- the stack config's `runpod:` block ----------------------------------------------------------
+# --- the stack config: rules for the common keys, the `runpod:` block -----------------------------
 
+#: the keys every stack has: nothing Runpod-specific (the market is spot only, from the provider facts)
+COMMON_RULES: Final = CommonKeyRules()
 SETTINGS_KEYS: Final = frozenset({"bucket_url", "s3_endpoint", "s3_region", "cloud_type", "secrets"})
 
 

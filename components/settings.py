@@ -22,7 +22,9 @@ Keys (see Pulumi.yaml and stacks/*.yaml):
     aws | gcp | azure | k8s | nebius | runpod   the provider's own block, parsed by the provider's
                module (components/registry.py names it): `parse_settings(reader)` there
 
-What a provider does (bids, markets, power-off, addresses) comes from spoteval/providers.py.
+How a provider names regions, zones and images (and what else it asks of the common keys) is its
+module's `COMMON_RULES`; what a provider does (bids, markets, power-off, addresses) comes from
+spoteval/providers.py.
 `node.market` alone flips the same stack between spot and on-demand capacity.
 """
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, runtime_checkable
@@ -97,10 +99,6 @@ API_STOP_PROVIDERS: Final = tuple(p.key for p in BY_KEY.values() if p.api_stop)
 
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-_GCP_REGION = re.compile(r"^[a-z]+-[a-z]+\d$")
-_AZURE_REGION = re.compile(r"^[a-z]+[a-z0-9]*$")
-_AMI = re.compile(r"^(ami-[0-9a-f]{8,17}|resolve:ssm:/[A-Za-z0-9_./-]+)$")
 #: a bucket URL a provider block may name (Kubernetes, Runpod)
 BUCKET_URL: Final = re.compile(r"^(s3|gs|az)://[a-z0-9][a-z0-9.\-_]{1,62}(/[^\s]*)?$")
 
@@ -131,8 +129,30 @@ def cidr(value: str, key: str) -> str:
         raise SettingsError(key, f"must be a CIDR block, got {value!r} ({exc})") from None
 
 
+@dataclass(frozen=True)
+class CommonKeyRules:
+    """How a provider constrains the keys every stack has; its module's `COMMON_RULES`.
+
+    `zone` and `image` return the problem with a value (None: fine); `zone_required` names why a
+    stack must give a zone; `static_address` why a single node's address is always static;
+    `server_image` that the model server runs from `server.image` (Kubernetes); `budget_alerts` that
+    the stack's budget alert mails `stop.notify_emails`.
+    """
+
+    region: re.Pattern[str] | None = None
+    zone: Callable[[str, str], str | None] | None = None
+    zone_required: bool = False
+    image: Callable[[str], str | None] | None = None
+    static_address: str | None = None
+    server_image: bool = False
+    budget_alerts: bool = False
+
+
 class ProviderSettings(Protocol):
-    """What a provider's module offers the settings: the parse of its own block."""
+    """What a provider's module offers the settings: its rules for the common keys and the parse of
+    its own block."""
+
+    COMMON_RULES: CommonKeyRules
 
     def parse_settings(self, block: SettingsReader) -> object: ...
 
@@ -273,30 +293,26 @@ def _grant_error(exc: GrantError) -> SettingsError:
 # --- blocks --------------------------------------------------------------------------------------
 
 
-def _region(provider: str, region: str) -> str:
-    pattern = {"aws": _AWS_REGION, "gcp": _GCP_REGION, "azure": _AZURE_REGION}.get(provider)
-    if pattern is not None and not pattern.match(region):
+def _region(provider: str, rules: CommonKeyRules, region: str) -> str:
+    if rules.region is not None and not rules.region.match(region):
         raise SettingsError("region", f"{region!r} is not a {provider} region name")
     return region
 
 
-def _zone(provider: str, region: str, raw: object) -> str | None:
+def _zone(provider: str, rules: CommonKeyRules, region: str, raw: object) -> str | None:
     if raw is None or raw == "":
-        if provider in ("aws", "gcp"):
+        if rules.zone_required:
             raise SettingsError("zone", f"is required on {provider} (the node's disks live in one zone)")
         return None
     if not isinstance(raw, str):
         raise SettingsError("zone", f"must be a string, got {raw!r}")
-    if provider == "aws" and not re.fullmatch(re.escape(region) + r"[a-z]", raw):
-        raise SettingsError("zone", f"{raw!r} is not a zone of {region}")
-    if provider == "gcp" and not re.fullmatch(re.escape(region) + r"-[a-z]", raw):
-        raise SettingsError("zone", f"{raw!r} is not a zone of {region}")
-    if provider == "azure" and raw not in ("1", "2", "3"):
-        raise SettingsError("zone", f"must be an availability zone number 1, 2 or 3, got {raw!r}")
+    problem = rules.zone(region, raw) if rules.zone is not None else None
+    if problem is not None:
+        raise SettingsError("zone", problem)
     return raw
 
 
-def _node(block: SettingsReader, provider: str, grant: Grant) -> NodeSettings:
+def _node(block: SettingsReader, provider: str, rules: CommonKeyRules, grant: Grant) -> NodeSettings:
     facts = BY_KEY[provider]
     instance_type = block.string("instance_type")
     try:
@@ -308,12 +324,9 @@ def _node(block: SettingsReader, provider: str, grant: Grant) -> NodeSettings:
         raise SettingsError("node.market", "Runpod stacks declare interruptible pods only: use spot")
     count = block.integer("count", 1, minimum=0)
     image = block.string("image")
-    if provider == "aws" and not _AMI.match(image):
-        raise SettingsError("node.image", f"must be an AMI id or resolve:ssm:/parameter, got {image!r}")
-    if provider == "azure" and len(image.split(":")) != 4 and not image.startswith("/subscriptions/"):
-        raise SettingsError(
-            "node.image", f"must be publisher:offer:sku:version or an image id, got {image!r}"
-        )
+    problem = rules.image(image) if rules.image is not None else None
+    if problem is not None:
+        raise SettingsError("node.image", problem)
     max_price = block.opt_number("max_price", positive=True)
     if max_price is not None and not facts.takes_bid:
         raise SettingsError(
@@ -326,10 +339,11 @@ def _node(block: SettingsReader, provider: str, grant: Grant) -> NodeSettings:
             grant.check_max_price(max_price, key="node.max_price")
         except GrantError as exc:
             raise _grant_error(exc) from None
-    address = block.choice("address", ADDRESS_KINDS, "static" if provider == "azure" else "ephemeral")
-    if provider == "azure" and address != "static" and count == 1:
-        raise SettingsError("node.address", "an Azure VM's Standard public IP is always static; use static")
-    if count > 1 and address == "static" and block.has("address") and provider != "azure":
+    static = rules.static_address
+    address = block.choice("address", ADDRESS_KINDS, "static" if static else "ephemeral")
+    if static and address != "static" and count == 1:
+        raise SettingsError("node.address", f"{static}; use static")
+    if count > 1 and address == "static" and block.has("address") and not static:
         raise SettingsError(
             "node.address", "a pool's nodes come and go; only single nodes get a static address"
         )
@@ -353,7 +367,7 @@ def _node(block: SettingsReader, provider: str, grant: Grant) -> NodeSettings:
     )
 
 
-def _server(block: SettingsReader, provider: str) -> ServerSettings:
+def _server(block: SettingsReader, provider: str, rules: CommonKeyRules) -> ServerSettings:
     health = block.string("health_path", "/health")
     if not health.startswith("/"):
         raise SettingsError("server.health_path", f"must start with /, got {health!r}")
@@ -361,9 +375,9 @@ def _server(block: SettingsReader, provider: str) -> ServerSettings:
     if port > 65535:
         raise SettingsError("server.port", f"must be <= 65535, got {port}")
     image = block.opt_string("image")
-    if provider == "k8s" and image is None:
-        raise SettingsError("server.image", "is required on k8s (the model server's container image)")
-    if provider != "k8s" and image is not None:
+    if rules.server_image and image is None:
+        raise SettingsError("server.image", f"is required on {provider} (the model server's container image)")
+    if not rules.server_image and image is not None:
         raise SettingsError("server.image", "is only used on k8s; on a VM, start the image in server.command")
     return ServerSettings(
         command=block.argv("command"),
@@ -399,7 +413,7 @@ def _default_on_done(provider: str) -> str:
     return "poweroff"
 
 
-def _stop(block: SettingsReader, provider: str, grant: Grant) -> StopSettings:
+def _stop(block: SettingsReader, provider: str, rules: CommonKeyRules, grant: Grant) -> StopSettings:
     facts = BY_KEY[provider]
     max_runtime = block.opt_number("max_runtime_hours", positive=True)
     if max_runtime is None:
@@ -434,7 +448,7 @@ def _stop(block: SettingsReader, provider: str, grant: Grant) -> StopSettings:
     for email in emails:
         if not _EMAIL.match(email):
             raise SettingsError("stop.notify_emails", f"{email!r} is not an email address")
-    if grant.budget is not None and provider in ("aws", "azure") and not emails:
+    if grant.budget is not None and rules.budget_alerts and not emails:
         raise SettingsError(
             "stop.notify_emails",
             f"is required on {provider} when the grant has a budget (the budget alert's recipients)",
@@ -491,6 +505,8 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
     provider = raw["provider"]
     if provider not in PROVIDERS:
         raise SettingsError("provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
+    module = cast(ProviderSettings, provider_module(provider))
+    rules = module.COMMON_RULES
     try:
         grant = Grant.parse(raw["grant"], where="grant")
     except GrantError as exc:
@@ -499,12 +515,12 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
     region = raw["region"]
     if not isinstance(region, str):
         raise SettingsError("region", f"must be a string, got {region!r}")
-    _region(provider, region)
+    _region(provider, rules, region)
     try:
         grant.check_region(region, key="region")
     except GrantError as exc:
         raise _grant_error(exc) from None
-    zone = _zone(provider, region, raw.get("zone"))
+    zone = _zone(provider, rules, region, raw.get("zone"))
 
     run_id = raw["run_id"]
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
@@ -513,7 +529,7 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
             f"must be 2-32 lowercase letters, digits and dashes starting with a letter, got {run_id!r}",
         )
 
-    node = _node(reader(raw["node"], "node", NODE_KEYS), provider, grant)
+    node = _node(reader(raw["node"], "node", NODE_KEYS), provider, rules, grant)
     if node.max_price is not None and provider in BIDDING_PROVIDERS and grant.currency != "USD":
         raise SettingsError(
             "grant.currency",
@@ -521,9 +537,9 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
         )
     if node.pool and provider in API_STOP_PROVIDERS:
         raise SettingsError("node.count", f"{provider} stacks declare one node (0 or 1), got {node.count}")
-    server = _server(reader(raw["server"], "server", SERVER_KEYS), provider)
+    server = _server(reader(raw["server"], "server", SERVER_KEYS), provider, rules)
     ev = _eval(reader(raw["eval"], "eval", EVAL_KEYS))
-    stop = _stop(reader(raw.get("stop") or {}, "stop", STOP_KEYS), provider, grant)
+    stop = _stop(reader(raw.get("stop") or {}, "stop", STOP_KEYS), provider, rules, grant)
 
     block: object = None
     for name in PROVIDERS:
@@ -531,7 +547,6 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
             if raw.get(name):
                 raise SettingsError(name, f"is set, but this stack's provider is {provider}")
             continue
-        module = cast(ProviderSettings, provider_module(provider))
         block = module.parse_settings(reader(raw.get(name) or {}, name))
 
     workload_raw = raw.get("workload") or None

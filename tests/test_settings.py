@@ -233,11 +233,13 @@ def test_config_values_arrive_as_engine_text() -> None:
 
 def test_every_provider_key_has_a_module_that_parses_its_block_and_builds() -> None:
     from components.registry import MODULES, provider_module
+    from components.settings import CommonKeyRules
     from spoteval.providers import KEYS
 
     assert tuple(MODULES) == KEYS == ("aws", "gcp", "azure", "k8s", "nebius", "runpod")
     for key in KEYS:
         module = provider_module(key)
         assert callable(module.parse_settings) and callable(module.build), key
+        assert isinstance(module.COMMON_RULES, CommonKeyRules), key
     with pytest.raises(KeyError):
         provider_module("local")
