@@ -39,8 +39,8 @@ ADDRESSES = re.compile(
 PROVIDER_NAMES = frozenset(
     {"aws", "gcp", "azure", "k8s", "kubernetes", "nebius", "runpod", "gke", "eks", "aks", "karpenter"}
 )
-#: files owned by the other two parts of the layout change, which remove their facts in parallel;
-#: the mark goes once those branches are merged
+#: files owned by the node part of the layout change, which removes their facts in parallel; the
+#: mark goes once that branch is merged
 OTHERS: dict[str, str] = {
     "spoteval/agent/aws_price.py": "node",
     "spoteval/agent/price.py": "node",
@@ -48,7 +48,6 @@ OTHERS: dict[str, str] = {
     "spoteval/clouds/azure.py": "node",
     "spoteval/clouds/gcp.py": "node",
     "spoteval/clouds/runpod.py": "node",
-    "spoteval/report.py": "analysis",
 }
 
 
