@@ -46,7 +46,7 @@ from spoteval.agent.notices import (
     start_watcher,
     stderr_log,
 )
-from spoteval.agent.price import Price, resolve_price
+from spoteval.agent.price import DEFAULT_CURRENCY, Price, resolve_price
 from spoteval.agent.rules import RunState, Stop, should_stop
 from spoteval.agent.uploader import ATTEMPT, EVENT, Item, Uploader
 from spoteval.record import (
@@ -142,7 +142,7 @@ class Agent:
         self.messages: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.seq = itertools.count()
         self.dispatches = itertools.count(1)
-        self.price = Price(None, None, "unknown")
+        self.price = Price(None, DEFAULT_CURRENCY, "unknown")
         self.boot = boot_times(config.boot_file, started_wall)
         self.work_dir = config.run_work_dir()
         self.model_url = config.server.url
@@ -211,7 +211,7 @@ class Agent:
             instance_type=node.instance_type,
             market=node.market,
             price_per_hour=self.price.per_hour,
-            currency=self.price.currency,
+            currency=self.price.recorded_currency,
             price_source=self.price.source,
             details={**details, "incarnation": self.incarnation},
         )
@@ -308,7 +308,7 @@ class Agent:
         self.log(
             f"start ({reason}) run {self.config.run_id} node {self.config.node.id}: "
             f"{len(self.pending)} to run, {len(self.final)} final, price {self.price.per_hour} "
-            f"{self.price.currency or ''} ({self.price.source})"
+            f"{self.price.recorded_currency or ''} ({self.price.source})"
         )
         watcher = provider_watcher(
             self.config.node.provider, self.config.metadata_url, self.config.metadata_poll_s, self.log

@@ -35,16 +35,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from spoteval.clouds import (
+from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     ControlPlaneError,
     NodeState,
-    PlaneConfig,
-    Price,
+    PlaneOptions,
     StackOutputs,
+    check_option_keys,
     configured_price,
     wait_for,
 )
+from spoteval.price import Price
 
 DEFAULT_API_BASE: Final = "https://api.runpod.io"
 DEFAULT_REST_URL: Final = "https://rest.runpod.io/v1"
@@ -354,7 +355,8 @@ class RunpodPlane:
     restarts_itself = False
     can_stay_stopped = True
 
-    def __init__(self, outputs: StackOutputs, node: str, config: PlaneConfig, api: RunpodApi) -> None:
+    def __init__(self, outputs: StackOutputs, node: str, config: PlaneOptions, api: RunpodApi) -> None:
+        check_option_keys(config.own("runpod"), (), "runpod")  # the plane takes no options of its own
         self.outputs = outputs
         self.node = node
         self.config = config
@@ -365,7 +367,7 @@ class RunpodPlane:
         self.gpu_count: int | None = count if isinstance(count, int) and not isinstance(count, bool) else None
 
     @classmethod
-    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> RunpodPlane:
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> RunpodPlane:
         try:
             api = RunpodApi.from_env()
         except RunpodError as exc:
