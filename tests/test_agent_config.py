@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from spoteval.agent.__main__ import main
-from spoteval.agent.config import ConfigError, parse, substitute
+from spoteval.agent.config import ConfigError, build_agent_config, parse, substitute
 from spoteval.store import Store
 from tests.conftest import StoreTarget
 from tests.fake_metadata import agent_config, write_config, write_manifest
@@ -206,3 +206,97 @@ def test_a_budget_without_any_price_is_refused(tmp_path: Path) -> None:
         parse(raw)
     raw["price"] = {"per_hour": 1.0}
     assert parse(raw).stop_rules.budget == 20
+
+
+def test_built_config_leaves_out_what_is_not_given_and_parses() -> None:
+    built = build_agent_config(
+        run_id="r1",
+        store="file:///tmp/spot-eval-store",
+        node_id="n1",
+        provider="aws",
+        region="us-east-1",
+        instance_type="g6.xlarge",
+        server_url="http://127.0.0.1:8000",
+        episodes_command=["run", "{episode_id}", "{output}"],
+        concurrency=4,
+        max_attempts=3,
+        timeout_s=600,
+        heartbeat_s=30,
+    )
+    assert built == {
+        "run_id": "r1",
+        "store": "file:///tmp/spot-eval-store",
+        "node": {
+            "id": "n1",
+            "provider": "aws",
+            "region": "us-east-1",
+            "instance_type": "g6.xlarge",
+            "market": "spot",
+        },
+        "server": {"url": "http://127.0.0.1:8000"},
+        "episodes": {
+            "command": ["run", "{episode_id}", "{output}"],
+            "concurrency": 4,
+            "max_attempts": 3,
+            "timeout_s": 600,
+        },
+        "stop_rules": {"on_done": "exit"},
+        "heartbeat_s": 30,
+    }
+    config = parse(built)
+    assert (config.node.zone, config.server.command, config.price, config.metadata_url) == (
+        None,
+        (),
+        None,
+        None,
+    )
+
+
+def test_built_config_carries_every_optional_key_the_agent_reads() -> None:
+    built = build_agent_config(
+        run_id="r1",
+        store="s3://bucket/prefix",
+        node_id="n1",
+        provider="runpod",
+        region="EU-RO-1",
+        instance_type="NVIDIA L4",
+        zone="EU-RO-1a",
+        server_url="http://127.0.0.1:8000",
+        server_command=["vllm", "serve"],
+        health_path="/health",
+        ready_timeout_s=1800,
+        episodes_command=["run", "{output}"],
+        concurrency=2,
+        max_attempts=5,
+        timeout_s=60,
+        heartbeat_s=10,
+        on_done="exit",
+        max_runtime_s=3600,
+        idle_s=600,
+        budget=12.5,
+        price_per_hour=0.4,
+        currency="EUR",
+        store_options={"endpoint": "https://s3.example"},
+        metadata_url="http://127.0.0.1:9",
+        sigterm_grace_s=4,
+        spool_dir="/workspace/spool",
+        work_dir="/tmp/work",
+        boot_file="/workspace/boot.json",
+    )
+    config = parse(built)
+    assert config.node.zone == "EU-RO-1a"
+    assert config.server.command == ("vllm", "serve")
+    assert (config.server.health_path, config.server.ready_timeout_s) == ("/health", 1800.0)
+    assert (config.stop_rules.max_runtime_s, config.stop_rules.idle_s, config.stop_rules.budget) == (
+        3600,
+        600,
+        12.5,
+    )
+    assert (config.price and config.price.per_hour, config.price and config.price.currency) == (0.4, "EUR")
+    assert config.store_options == {"endpoint": "https://s3.example"}
+    assert (config.metadata_url, config.sigterm_grace_s) == ("http://127.0.0.1:9", 4.0)
+    assert (config.spool_dir, config.work_dir, config.boot_file) == (
+        "/workspace/spool",
+        "/tmp/work",
+        "/workspace/boot.json",
+    )

@@ -1,8 +1,10 @@
-"""The agent's configuration: a strict parse of agent.json into frozen dataclasses.
+"""The agent's configuration: a strict parse of agent.json into frozen dataclasses, and its one builder.
 
 `parse(raw)` is pure: every problem raises `ConfigError` naming the key (`node.provider`,
 `episodes.concurrency`, ...). Unknown keys are refused, so a misspelt key never silently falls
-back to a default. `load(path)` reads the file and parses it.
+back to a default. `load(path)` reads the file and parses it. `build_agent_config(...)` writes the
+JSON object that `parse` reads: the VM startup script and the Runpod pod (components/) and the drill
+(spoteval/drill/) all build the agent's config through it.
 """
 
 from __future__ import annotations
@@ -367,6 +369,88 @@ def load(path: str) -> AgentConfig:
         return parse(raw)
     except ConfigError as exc:
         raise ConfigError(f"config {path}: {exc}") from None
+
+
+def build_agent_config(
+    *,
+    run_id: str,
+    store: str,
+    node_id: str,
+    provider: str,
+    region: str | None,
+    instance_type: str | None,
+    server_url: str,
+    episodes_command: Sequence[str],
+    concurrency: int,
+    max_attempts: int,
+    timeout_s: float,
+    heartbeat_s: float,
+    market: str = "spot",
+    zone: str | None = None,
+    server_command: Sequence[str] | None = None,
+    health_path: str | None = None,
+    ready_timeout_s: float | None = None,
+    on_done: str = "exit",
+    max_runtime_s: float | None = None,
+    idle_s: float | None = None,
+    budget: float | None = None,
+    price_per_hour: float | None = None,
+    currency: str = "USD",
+    store_options: Mapping[str, Any] | None = None,
+    metadata_url: str | None = None,
+    sigterm_grace_s: float | None = None,
+    spool_dir: str | None = None,
+    work_dir: str | None = None,
+    boot_file: str | None = None,
+) -> dict[str, Any]:
+    """The agent's config as a JSON object (what `parse` reads); optional keys are left out when None.
+
+    `server_command` None: the model server runs elsewhere (a Kubernetes Deployment) and the agent
+    only waits for it at `server_url`. `node_id` may be a placeholder the node replaces at boot.
+    """
+    node: dict[str, Any] = {"id": node_id, "provider": provider}
+    if region is not None:
+        node["region"] = region
+    if zone:
+        node["zone"] = zone
+    if instance_type is not None:
+        node["instance_type"] = instance_type
+    node["market"] = market
+    server: dict[str, Any] = {"url": server_url}
+    if server_command is not None:
+        server["command"] = list(server_command)
+    if health_path is not None:
+        server["health_path"] = health_path
+    if ready_timeout_s is not None:
+        server["ready_timeout_s"] = ready_timeout_s
+    stop_rules: dict[str, Any] = {"on_done": on_done}
+    for key, value in (("max_runtime_s", max_runtime_s), ("idle_s", idle_s), ("budget", budget)):
+        if value is not None:
+            stop_rules[key] = value
+    config: dict[str, Any] = {"run_id": run_id, "store": store}
+    if store_options is not None:
+        config["store_options"] = dict(store_options)
+    config["node"] = node
+    config["server"] = server
+    config["episodes"] = {
+        "command": list(episodes_command),
+        "concurrency": concurrency,
+        "max_attempts": max_attempts,
+        "timeout_s": timeout_s,
+    }
+    if price_per_hour is not None:
+        config["price"] = {"per_hour": price_per_hour, "currency": currency}
+    config["stop_rules"] = stop_rules
+    config["heartbeat_s"] = heartbeat_s
+    optional = (
+        ("metadata_url", metadata_url),
+        ("sigterm_grace_s", sigterm_grace_s),
+        ("spool_dir", spool_dir),
+        ("work_dir", work_dir),
+        ("boot_file", boot_file),
+    )
+    config.update({key: value for key, value in optional if value is not None})
+    return config
 
 
 def substitute(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
