@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from spoteval.providers import AZURE
 from spoteval.record import PRICE_SOURCES
 
 #: GET a JSON object (errors are the caller's: the agent raises OSError, a control plane its own)
@@ -60,7 +61,10 @@ class Price:
 
 # --- Azure Retail Prices ------------------------------------------------------------------------
 
-AZURE_PRICES_API_VERSION: Final = "2023-01-01-preview"
+assert AZURE.price is not None and AZURE.price.url is not None
+#: the Retail Prices endpoint and the API version this query speaks (spoteval/providers.py)
+AZURE_PRICES_URL: Final[str] = AZURE.price.url
+AZURE_PRICES_API_VERSION: Final = AZURE.price.version or ""
 
 
 class RetailPricesError(ValueError):

@@ -20,11 +20,10 @@ from typing import Any, Final
 from spoteval.agent.aws_price import spot_price_now
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.notices import http
-from spoteval.price import Price, retail_items, retail_price, retail_prices_url
+from spoteval.price import AZURE_PRICES_URL, Price, retail_items, retail_price, retail_prices_url
 
 __all__ = ["PRICE_APIS", "Price", "aws_spot_price", "azure_retail_price", "resolve_price"]
 
-AZURE_RETAIL_PRICES: Final = "https://prices.azure.com/api/retail/prices"
 _MAX_PAGES: Final = 5
 DEFAULT_CURRENCY: Final = "USD"  # of an unknown price (the record writes no currency without a price)
 
@@ -49,7 +48,7 @@ def azure_retail_price(config: AgentConfig) -> Price:
         return _unknown("node.region and node.instance_type are needed")
     spot = node.market == "spot"
     url = retail_prices_url(
-        config.price_api_url or AZURE_RETAIL_PRICES, node.region, node.instance_type, spot_only=spot
+        config.price_api_url or AZURE_PRICES_URL, node.region, node.instance_type, spot_only=spot
     )
     found = retail_price(retail_items(url, _get_json, _MAX_PAGES), spot=spot)
     if found is None:

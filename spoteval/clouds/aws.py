@@ -34,6 +34,7 @@ from spoteval.clouds.base import (
     wait_for,
 )
 from spoteval.price import Price
+from spoteval.providers import AWS
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
@@ -99,8 +100,8 @@ def spot_price(history: Sequence[SpotPriceTypeDef], instance_type: str, zone: st
 
 class AwsPlane:
     provider = "aws"
-    restarts_itself = True
-    can_stay_stopped = True
+    restarts_itself = AWS.restarts_itself
+    can_stay_stopped = AWS.can_stay_stopped
 
     def __init__(
         self, outputs: StackOutputs, node: str, config: PlaneOptions, ec2: EC2Client, fis: Any = None

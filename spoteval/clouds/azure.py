@@ -38,6 +38,7 @@ from spoteval.clouds.base import (
     wait_for,
 )
 from spoteval.price import (
+    AZURE_PRICES_URL,
     Price,
     RetailPricesError,
     retail_filter,
@@ -45,6 +46,7 @@ from spoteval.price import (
     retail_price,
     retail_prices_url,
 )
+from spoteval.providers import AZURE
 
 __all__ = ["AzureOptions", "AzurePlane", "price_filter", "retail_items", "spot_price", "vm_resource_id"]
 
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
     from azure.mgmt.compute import ComputeManagementClient
     from azure.mgmt.network import NetworkManagementClient
 
-PRICES_URL: Final = "https://prices.azure.com/api/retail/prices"
 _POWER_STATES: Final = {
     "starting": "pending",
     "running": "running",
@@ -109,8 +110,8 @@ def vm_resource_id(node: str, config: PlaneOptions) -> str:
 
 class AzurePlane:
     provider = "azure"
-    restarts_itself = False
-    can_stay_stopped = True
+    restarts_itself = AZURE.restarts_itself
+    can_stay_stopped = AZURE.can_stay_stopped
 
     def __init__(
         self,
@@ -120,7 +121,7 @@ class AzurePlane:
         compute: ComputeManagementClient,
         network: NetworkManagementClient | None = None,
         *,
-        prices_url: str = PRICES_URL,
+        prices_url: str = AZURE_PRICES_URL,
         http_get: HttpGet = http_get_json,
     ) -> None:
         parts = parse_resource_id(vm_resource_id(node, config))

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final, Protocol, TypeVar, cast
 
 from spoteval.price import Price
+from spoteval.providers import BY_KEY as PROVIDER_KEYS
+from spoteval.providers import PROVIDERS as PROVIDER_FACTS
 from spoteval.record import MARKETS
 
 #: Normalised node states; each provider maps its own words onto these and keeps the original in `raw`.
@@ -100,11 +102,10 @@ class StackOutputs:
 
         provider = text("provider")
         assert provider is not None
-        from spoteval.clouds.registry import PROVIDERS
-
-        if provider not in PROVIDERS:
+        known = {*PROVIDER_FACTS, *PROVIDER_KEYS}
+        if provider not in known:
             raise ControlPlaneError(
-                f"{where}.provider: unknown provider {provider!r} (known: {', '.join(sorted(PROVIDERS))})"
+                f"{where}.provider: unknown provider {provider!r} (known: {', '.join(sorted(known))})"
             )
         nodes = raw.get("node_ids")
         if isinstance(nodes, str):

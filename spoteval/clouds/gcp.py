@@ -9,7 +9,7 @@ from the options (`GcpOptions.project`, else `GOOGLE_CLOUD_PROJECT`) and the zon
   GCP has no API to preempt a VM on request: `simulate_preemption()` stops it, as
   `gcloud compute instances stop` does in GCP's own advice.
 - Price: with a Cloud Billing API key, the Catalog's Compute Engine SKUs
-  (`services/6F81-5844-456A/skus`): the machine type's vCPUs x the family's
+  (`{COMPUTE_SERVICE}/skus`): the machine type's vCPUs x the family's
   "Spot Preemptible <FAMILY> Instance Core" price + its GiB of memory x the "... Instance Ram" price
   + each GPU x the "Spot Preemptible <GPU> GPU" price, for SKUs whose `serviceRegions` list the
   region. Without a key, or when a part has no SKU: the configured price.
@@ -41,9 +41,12 @@ from spoteval.clouds.base import (
     wait_for,
 )
 from spoteval.price import Price
+from spoteval.providers import GCP
 
-COMPUTE_SERVICE: Final = "services/6F81-5844-456A"
-CATALOG_URL: Final = "https://cloudbilling.googleapis.com/v1"
+assert GCP.price is not None and GCP.price.url is not None
+#: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers.py)
+COMPUTE_SERVICE: Final = GCP.price.names["compute_service"]
+CATALOG_URL: Final[str] = GCP.price.url
 _STATES: Final = {
     "PROVISIONING": "pending",
     "STAGING": "pending",
@@ -154,8 +157,8 @@ class GcpOptions:
 
 class GcpPlane:
     provider = "gcp"
-    restarts_itself = False
-    can_stay_stopped = True
+    restarts_itself = GCP.restarts_itself
+    can_stay_stopped = GCP.can_stay_stopped
 
     def __init__(
         self,

@@ -40,6 +40,7 @@ from spoteval.clouds.base import (
     provider_options,
 )
 from spoteval.price import Price
+from spoteval.providers import KUBERNETES
 
 #: The namespace the stack config's `k8s.namespace` defaults to.
 DEFAULT_NAMESPACE: Final = "spot-eval"
@@ -87,8 +88,8 @@ def _terminating(pod: Any) -> bool:
 
 class KubernetesPlane:
     provider = "kubernetes"
-    restarts_itself = True
-    can_stay_stopped = False
+    restarts_itself = KUBERNETES.restarts_itself
+    can_stay_stopped = KUBERNETES.can_stay_stopped
 
     def __init__(
         self, outputs: StackOutputs, node: str, config: PlaneOptions, core: k8s.CoreV1Api, apps: k8s.AppsV1Api

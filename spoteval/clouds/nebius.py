@@ -37,6 +37,7 @@ from spoteval.clouds.base import (
     wait_for,
 )
 from spoteval.price import Price
+from spoteval.providers import NEBIUS
 
 USER_AGENT: Final = "spot-eval/1"
 TOKEN_ENV: Final = "NEBIUS_IAM_TOKEN"
@@ -90,8 +91,8 @@ def spot_price(items: Iterable[Any], region: str, platform: str, gpus: int) -> P
 
 class NebiusPlane:
     provider = "nebius"
-    restarts_itself = False
-    can_stay_stopped = True
+    restarts_itself = NEBIUS.restarts_itself
+    can_stay_stopped = NEBIUS.can_stay_stopped
 
     def __init__(self, outputs: StackOutputs, node: str, config: PlaneOptions, sdk: Any) -> None:
         from nebius.api.nebius.billing.v1alpha1 import SpotPriceServiceClient
