@@ -212,7 +212,7 @@ def start_reason(history: History, node: str, now: datetime) -> tuple[str, dict[
     return "restart_after_preemption", details
 
 
-# --- recovery planning --------------------------------------------------------------------------
+# --- recovery planning: what a starting agent does about the record (the loop only applies it) --
 
 
 @dataclass(frozen=True)
