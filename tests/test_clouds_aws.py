@@ -74,6 +74,12 @@ def test_every_provider_in_the_registry_has_a_factory() -> None:
     assert all(callable(f) for f in PROVIDERS.values())
 
 
+def test_every_provider_with_facts_has_a_control_plane_under_its_name_and_its_key() -> None:
+    from spoteval import providers
+
+    assert set(PROVIDERS) == {*providers.PROVIDERS, *providers.BY_KEY}
+
+
 def test_each_plane_parses_its_own_options_and_names_a_key_it_does_not_take() -> None:
     from spoteval.clouds.aws import AwsOptions
     from spoteval.clouds.kubernetes import KubernetesOptions
