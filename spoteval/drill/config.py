@@ -10,12 +10,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from spoteval.agent.config import build_agent_config
 from spoteval.record import format_time
 
 NODE_ID: Final = "drill-node-1"
+
+
+class Place(TypedDict):
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+
+
+#: Where the drill's node is, as its agent config and the controller's `preempted` events say.
+NODE_PLACE: Final[Place] = {
+    "provider": "local",
+    "region": "local",
+    "zone": "local-a",
+    "instance_type": "standin",
+    "market": "spot",
+}
 #: The sample episode's defaults: 0.5-3 s each, 3 % failing as model failures.
 SAMPLE_SECONDS: Final = (0.5, 3.0)
 SAMPLE_FAIL_RATE: Final = 0.03
@@ -185,11 +203,7 @@ def agent_config(
         store=store_url,
         store_options=store_options,
         node_id=NODE_ID,
-        provider="local",
-        region="local",
-        zone="local-a",
-        instance_type="standin",
-        market="spot",
+        **NODE_PLACE,
         server_url=f"http://127.0.0.1:{port}",
         server_command=server,
         ready_timeout_s=120,

@@ -36,6 +36,7 @@ from typing import Any, Final
 from spoteval import loopback
 from spoteval.drill.config import (
     NODE_ID,
+    NODE_PLACE,
     DrillConfig,
     DrillError,
     DrillResult,
@@ -168,11 +169,7 @@ class Drill:
             node=NODE_ID,
             kind="preempted",
             reason="provider",
-            provider="local",
-            region="local",
-            zone="local-a",
-            instance_type="standin",
-            market="spot",
+            **NODE_PLACE,
             details={"observer": "drill", "launch_time": format_time(launched)},
         )
         self.preempted_seq += 1
