@@ -5,12 +5,13 @@ uploader only post messages to its queue. The order of a run:
 
 1. upload what the spool still holds from an earlier incarnation on this disk;
 2. start the model server (it warms up while the record is read);
-3. read the record: start reason, attempts an earlier incarnation lost (recorded `interrupted`),
-   results an earlier incarnation recorded as attempts but not as results (written now);
+3. read the record and apply what `history.plan_recovery` decides from it: start reason, attempts
+   an earlier incarnation lost (recorded `interrupted`), results an earlier incarnation recorded as
+   attempts but not as results (written now);
 4. `start` event, then watch for notices, wait for the server, dispatch, `ready` event;
 5. every ended attempt goes to the uploader at once (spool first); a heartbeat listing what is in
    flight is durable before new attempts start, and every `heartbeat_s`;
-6. a notice or a stop rule ends the run: see `_on_notice` and `_begin_stop`.
+6. a notice or a stop rule ends the run: see spoteval/agent/stopping.py.
 """
 
 from __future__ import annotations
