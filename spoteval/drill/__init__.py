@@ -15,6 +15,7 @@ spot provider does to a node (controller.py). Modules:
 
 from __future__ import annotations
 
+from spoteval.drill.command import report_of, run_command, summary
 from spoteval.drill.config import (
     NODE_ID,
     ON_DEMAND_PRICE,
@@ -57,7 +58,10 @@ __all__ = [
     "kill_node",
     "node_main",
     "processes",
+    "report_of",
+    "run_command",
     "run_drill",
     "sample_eval_command",
     "standin_command",
+    "summary",
 ]
