@@ -24,7 +24,6 @@ Exit codes: 0 the run finished, 1 it did not finish within `--timeout-s`, 2 bad 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from collections.abc import Sequence
@@ -32,9 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from scripts import report as report_cli
-from spoteval import drill, report
-from spoteval.store import Store, StoreError
+from spoteval import drill
+from spoteval.report import ReportError
 
 
 class UsageError(Exception):
@@ -116,32 +114,6 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
     )
 
 
-def report_of(result: drill.DrillResult) -> report.RunReport:
-    """The run report of a finished drill, with the placement decision for the next run."""
-    try:
-        store = Store(result.store_url, result.store_options)
-    except StoreError as exc:
-        raise drill.DrillError(str(exc)) from None
-    base = drill.base_workload(result.episodes, result.config.capacity_delay_s)
-    source = (
-        f"prices: the drill's spot price {drill.SPOT_PRICE:.2f} and an on-demand price of "
-        f"{drill.ON_DEMAND_PRICE:.2f} per node-hour"
-    )
-    return report_cli.build(store, result.run_id, base, source)
-
-
-def summary(result: drill.DrillResult) -> str:
-    secs = (result.ended - result.started).total_seconds()
-    in_flight = sum(len(k.in_flight) for k in result.kills)
-    lines = [
-        f"Drill: {result.results}/{result.episodes} episodes have a result after {secs:.0f} s; "
-        f"{result.incarnations} node start(s), {len(result.kills)} preemption(s) "
-        f"({in_flight} episode(s) in flight at the notices)" + ("" if result.finished else "; NOT FINISHED"),
-    ]
-    lines += [f"  note: {n}" for n in result.notes]
-    return "\n".join(lines) + "\n"
-
-
 def run(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     cfg = config_from(args)
@@ -149,38 +121,13 @@ def run(argv: Sequence[str] | None) -> int:
         cfg.check()
     except drill.DrillError as exc:
         raise UsageError(str(exc)) from None
-    runner = drill.Drill(cfg)
-    try:
-        with drill.Display(cfg.episodes if cfg.manifest is None else 0) as display:
-            runner.display = display
-            result = runner.run()
-        rep = report_of(result)  # before close(): with --store s3 the record lives in the moto server
-    finally:
-        runner.close()
-    out = cfg.out.resolve()
-    png = out / "timeline.png"
-    report.plot_timeline(rep, str(png))
-    (out / "report.txt").write_text(report.render(rep))
-    (out / "report.json").write_text(json.dumps(report.report_json(rep), indent=2, sort_keys=True) + "\n")
-    if args.json:
-        print(json.dumps(report.report_json(rep, shared=args.shared), indent=2, sort_keys=True))
-    else:
-        sys.stdout.write(summary(result))
-        sys.stdout.write("\n" + report.render(rep, shared=args.shared))
-        again = (
-            f"python -m scripts.report --store {result.store_url} --run {result.run_id} "
-            f"--workload {out / 'workload.json'}"
-        )
-        print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, agent.json, node/logs/")
-        if result.store_url.startswith("file://"):
-            print(f"Report again: {again}")
-    return 0 if result.finished else 1
+    return drill.run_command(cfg, as_json=args.json, shared=args.shared)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(argv)
-    except (UsageError, drill.DrillError, report.ReportError) as exc:
+    except (UsageError, drill.DrillError, ReportError) as exc:
         print(f"drill: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

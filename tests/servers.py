@@ -1,114 +1,45 @@
 """Real servers on loopback for the tests: moto (S3 + EC2), Azurite (Azure Blob), the GCS emulator.
 
 Each `start_*` function launches the server as a child process on a free port of 127.0.0.1, waits
-until it answers, and returns a `Server` whose `stop()` ends it. `tests/conftest.py` wraps them in
-session fixtures. Nothing here reaches beyond loopback.
+until it answers, and returns a `Server` whose `stop()` ends it; the launcher (and moto's, which the
+drill uses too) is spoteval/loopback.py. `tests/conftest.py` wraps them in session fixtures.
+Nothing here reaches beyond loopback.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spoteval import loopback
+from spoteval.loopback import LaunchError, Server, free_port, launch
+
+__all__ = ["REPO", "Server", "free_port"]
+
 REPO = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
 
 # Azurite's well-known development account (public, documented; not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    name: str
-    port: int
-    process: subprocess.Popen[bytes]
-    workdir: str
-    env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def log(self) -> str:
-        path = Path(self.workdir, "server.log")
-        return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: end with the test process, even if it is killed (Linux only)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 def _launch(name: str, argv: Sequence[str], port: int, probe: str, timeout: float = 60.0) -> Server:
-    workdir = tempfile.mkdtemp(prefix=f"spoteval-{name}-")
-    log = open(Path(workdir, "server.log"), "wb")  # noqa: SIM115 - kept open for the child's lifetime
-    process = subprocess.Popen(
-        list(argv),
-        cwd=workdir,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks or threads involved
-    )
-    server = Server(name, port, process, workdir)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            output = server.log()
-            server.stop()
-            raise RuntimeError(f"{name} exited with {process.returncode}: {output[-2000:]}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}{probe}", timeout=2).close()
-            return server
-        except urllib.error.HTTPError:
-            return server  # it answers, even if with an error status
-        except OSError:
-            time.sleep(0.1)
-    output = server.log()
-    server.stop()
-    raise RuntimeError(f"{name} did not answer on port {port} within {timeout} s: {output[-2000:]}")
+    try:
+        return launch(name, argv, port, probe, timeout=timeout)
+    except LaunchError as exc:
+        raise RuntimeError(str(exc)) from None
 
 
 def start_moto() -> Server:
     """moto in server mode: S3 and EC2 (spot instances, stop/start, spot price history)."""
-    port = free_port()
-    argv = [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
-    server = _launch("moto", argv, port, "/moto-api/")
+    try:
+        server = loopback.start_moto()
+    except LaunchError as exc:
+        raise RuntimeError(str(exc)) from None
     server.env = {
         "AWS_ENDPOINT_URL": server.url,
         "AWS_ACCESS_KEY_ID": "testing",
@@ -127,13 +58,7 @@ def moto_reset(server: Server) -> None:
 
 
 def s3_store_options(server: Server) -> dict[str, Any]:
-    return {
-        "endpoint": server.url,
-        "region": "us-east-1",
-        "access_key_id": "testing",
-        "secret_access_key": "testing",
-        "allow_http": True,
-    }
+    return loopback.s3_options(server, "testing")
 
 
 def create_s3_bucket(server: Server, bucket: str) -> None:

@@ -240,3 +240,46 @@ def test_intervals_start_at_billed_from_and_end_at_the_last_event() -> None:
         (T0, T0 + timedelta(seconds=120), 2.0),
         (T0 + timedelta(seconds=500), T0 + timedelta(seconds=600), 1.0),
     ]
+
+
+def test_recovery_plan_records_lost_attempts_writes_missing_results_and_queues_the_rest() -> None:
+    t = format_time(T0 + timedelta(seconds=2))
+    in_flight = [["e1", 1, t], ["e2", 2, t], ["e3", 3, t], ["e4", 4, t]]
+    events = [_ev("start", "initial", "a", 0), _ev("heartbeat", None, "a", 3, in_flight=in_flight)]
+    completed = _attempt("e1", 1, "a", 1)
+    failed = (_attempt("e2", 1, "old", 7, "model_failure"), _attempt("e2", 2, "a", 2, "model_failure"))
+    history = hist.History(
+        events=tuple(events),
+        incarnations=hist.group_incarnations(events),
+        results=frozenset({"e5"}),
+        attempt_numbers={"e1": (1,), "e2": (1, 2)},
+        attempts={"e1": (completed,), "e2": failed},
+    )
+    plan = hist.plan_recovery(
+        history, "n1", NOW, ["e1", "e2", "e3", "e5", "e6"], max_attempts=2, incarnation="b"
+    )
+    assert (plan.reason, plan.details["previous"]["evidence"]) == ("restart_after_preemption", "lost")
+    assert plan.resolved == ("a",)
+    assert [(x.episode_id, x.dispatch) for x in plan.lost] == [("e3", 3), ("e4", 4)]
+    (lost,) = plan.interrupted  # e4 is not in this manifest
+    assert (lost.episode_id, lost.outcome, lost.attempt, lost.ended) == (
+        "e3",
+        "interrupted",
+        1,
+        T0 + timedelta(seconds=3),
+    )
+    assert lost.details == {"incarnation": "a", "dispatch": 3, "recorded_by": "b", "lost": True}
+    assert plan.results == (completed, failed[1])
+    assert plan.final == frozenset({"e1", "e2", "e5"})
+    assert plan.pending == ("e3", "e6")
+    assert plan.failures == {"e1": 0, "e2": 2, "e3": 0, "e6": 0}
+    assert plan.next_n == {"e1": 2, "e2": 3, "e3": 2}
+
+
+def test_attempts_in_flight_at_a_notice_run_on_only_if_they_should_end_before_the_margin() -> None:
+    from spoteval.agent.rules import finish_by, runs_on
+
+    assert finish_by(100.0, 220.0) == 205.0  # a quarter of 120 s is 30 s: the margin is at most 15 s
+    assert finish_by(100.0, 102.0) == 101.0  # at least 1 s
+    assert runs_on(150.0, 50.0, 205.0) and not runs_on(160.0, 50.0, 205.0)
+    assert not runs_on(150.0, None, 205.0)  # no completed attempt yet: no estimate, no running on

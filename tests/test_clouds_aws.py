@@ -15,7 +15,7 @@ from spoteval.clouds import (
     PROVIDERS,
     ControlPlaneError,
     NodeState,
-    PlaneConfig,
+    PlaneOptions,
     Price,
     StackOutputs,
     open_plane,
@@ -74,9 +74,53 @@ def test_every_provider_in_the_registry_has_a_factory() -> None:
     assert all(callable(f) for f in PROVIDERS.values())
 
 
+def test_every_provider_with_facts_has_a_control_plane_under_its_name_and_its_key() -> None:
+    from spoteval import providers
+
+    assert set(PROVIDERS) == {*providers.PROVIDERS, *providers.BY_KEY}
+
+
+def test_each_plane_parses_its_own_options_and_names_a_key_it_does_not_take() -> None:
+    from spoteval.clouds.aws import AwsOptions
+    from spoteval.clouds.kubernetes import KubernetesOptions
+
+    options = PlaneOptions(providers={"aws": {"fis_template_id": "EXT1"}, "gcp": {"project": "p"}})
+    assert AwsOptions.parse(options) == AwsOptions(fis_template_id="EXT1")
+    assert (
+        KubernetesOptions.parse(PlaneOptions(providers={"k8s": {"namespace": "evals"}})).namespace == "evals"
+    )
+    with pytest.raises(
+        ControlPlaneError, match=r"aws options: unknown key 'project' \(known: fis_template_id\)"
+    ):
+        AwsOptions.parse(PlaneOptions(providers={"aws": {"project": "p"}}))
+    with pytest.raises(ControlPlaneError, match=r"aws option fis_template_id: must be a string, got 3"):
+        AwsOptions.parse(PlaneOptions(providers={"aws": {"fis_template_id": 3}}))
+
+
+def test_plane_config_puts_each_flat_option_in_the_block_of_its_provider() -> None:
+    from spoteval.clouds import PlaneConfig
+
+    options = PlaneConfig(
+        configured_price=0.5,
+        poll_s=2.0,
+        fis_template_id="EXT1",
+        gcp_project=None,
+        azure_resource_group="rg",
+        k8s_namespace="evals",
+    )
+    assert (options.configured_price, options.currency, options.poll_s) == (0.5, "USD", 2.0)
+    assert options.providers == {
+        "aws": {"fis_template_id": "EXT1"},
+        "azure": {"resource_group": "rg"},
+        "kubernetes": {"namespace": "evals"},
+    }
+    with pytest.raises(TypeError, match="unknown option 'gcp_zone'"):
+        PlaneConfig(gcp_zone="a")
+
+
 def test_open_plane_refuses_a_node_outside_the_stack() -> None:
     with pytest.raises(ControlPlaneError, match="i-other"):
-        open_plane(StackOutputs.parse(raw_outputs()), "i-other", PlaneConfig())
+        open_plane(StackOutputs.parse(raw_outputs()), "i-other", PlaneOptions())
 
 
 def test_price_source_and_value_must_agree() -> None:
@@ -163,7 +207,7 @@ def launch(market: str = "spot") -> str:
 
 def aws_plane(node: str, **over: Any) -> AwsPlane:
     outputs = StackOutputs.parse(raw_outputs(node_ids=[node], **over))
-    plane = open_plane(outputs, node, PlaneConfig(poll_s=0.02, configured_price=0.7))
+    plane = open_plane(outputs, node, PlaneOptions(poll_s=0.02, configured_price=0.7))
     assert isinstance(plane, AwsPlane)
     return plane
 

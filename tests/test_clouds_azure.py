@@ -14,7 +14,7 @@ from azure.core.pipeline.transport import HttpRequest, HttpResponse, RequestsTra
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.network import NetworkManagementClient
 
-from spoteval.clouds import ControlPlaneError, PlaneConfig, StackOutputs
+from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.clouds.azure import AzurePlane, price_filter, retail_items, spot_price
 from tests.fake_api import FakeApi, Reply, Request
 
@@ -227,7 +227,7 @@ def plane(api: FakeApi, *, price: float | None = 0.4, **kw: Any) -> AzurePlane:
     return AzurePlane(
         outputs(**kw),
         VM_ID,
-        PlaneConfig(configured_price=price, poll_s=0.02),
+        PlaneOptions(configured_price=price, poll_s=0.02),
         compute,
         network,
         prices_url=f"{api.url}/api/retail/prices",
@@ -322,9 +322,9 @@ def test_node_as_a_vm_name_needs_the_resource_group_and_subscription(
     compute = plane(api).compute
     monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
     with pytest.raises(ControlPlaneError, match="resource group"):
-        AzurePlane(outputs(), VM, PlaneConfig(azure_resource_group=RG), compute)
+        AzurePlane(outputs(), VM, PlaneOptions(providers={"azure": {"resource_group": RG}}), compute)
     monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", SUB)
-    by_name = AzurePlane(outputs(), VM, PlaneConfig(azure_resource_group=RG), compute)
+    by_name = AzurePlane(outputs(), VM, PlaneOptions(providers={"azure": {"resource_group": RG}}), compute)
     assert by_name.state().running  # the same VM, found from its name as the Pulumi outputs give it
     with pytest.raises(ControlPlaneError, match="not an ARM resource id"):
-        AzurePlane(outputs(), "/subscriptions/x", PlaneConfig(), compute)
+        AzurePlane(outputs(), "/subscriptions/x", PlaneOptions(), compute)

@@ -12,7 +12,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from spoteval.clouds import ControlPlaneError, PlaneConfig, StackOutputs
+from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.clouds.gcp import COMPUTE_SERVICE, GcpPlane, MachineShape, catalog_price, gpu_tokens, unit_price
 from tests.fake_api import FakeApi, Reply, Request
 
@@ -192,7 +192,7 @@ def plane(api: FakeApi, *, key: str | None = KEY, price: float | None = 0.5, **k
     return GcpPlane(
         outputs(**kw),
         NODE,
-        PlaneConfig(configured_price=price, poll_s=0.02, gcp_billing_api_key=key),
+        PlaneOptions(configured_price=price, poll_s=0.02, providers={"gcp": {"billing_api_key": key}}),
         compute_v1.InstancesClient(client_options=options, credentials=creds),
         compute_v1.MachineTypesClient(client_options=options, credentials=creds),
         catalog_url=f"{api.url}/v1",
@@ -333,6 +333,6 @@ def test_node_as_a_bare_name_needs_a_project(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     client = compute_v1.InstancesClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
     with pytest.raises(ControlPlaneError, match="GOOGLE_CLOUD_PROJECT"):
-        GcpPlane(outputs(), "gpu-1", PlaneConfig(), client)
-    p = GcpPlane(outputs(), "gpu-1", PlaneConfig(gcp_project="p2"), client)
+        GcpPlane(outputs(), "gpu-1", PlaneOptions(), client)
+    p = GcpPlane(outputs(), "gpu-1", PlaneOptions(providers={"gcp": {"project": "p2"}}), client)
     assert (p.project, p.zone, p.name) == ("p2", ZONE, "gpu-1")

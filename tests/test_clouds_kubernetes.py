@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 
 from scripts.measure_restart import main as measure_main
 from spoteval import standin
-from spoteval.clouds import ControlPlaneError, PlaneConfig, StackOutputs
+from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.clouds.kubernetes import KubernetesPlane, model_server_deployment
 from spoteval.record import Event
 from spoteval.store import Store
@@ -158,7 +158,7 @@ def plane(api: FakeApi, address_kind: str = "service", price: float | None = 0.8
     return KubernetesPlane(
         outputs(address_kind),
         f"{NS}/model",
-        PlaneConfig(configured_price=price, poll_s=0.02),
+        PlaneOptions(configured_price=price, poll_s=0.02),
         k8s.CoreV1Api(client),
         k8s.AppsV1Api(client),
     )
@@ -245,15 +245,19 @@ def test_a_pod_cannot_stay_stopped_under_its_controller(cluster: tuple[Cluster, 
 
 def test_the_model_server_deployment_is_found_from_the_stack() -> None:
     out = outputs()  # run_id r1; the Pulumi program names the model server's Deployment r1-server
-    assert model_server_deployment(out, "r1-episodes", PlaneConfig()) == ("spot-eval", "r1-server")
-    assert model_server_deployment(out, "r1-episodes", PlaneConfig(k8s_namespace="evals")) == (
+    assert model_server_deployment(out, "r1-episodes", PlaneOptions()) == ("spot-eval", "r1-server")
+    assert model_server_deployment(
+        out, "r1-episodes", PlaneOptions(providers={"k8s": {"namespace": "evals"}})
+    ) == (
         "evals",
         "r1-server",
     )
-    assert model_server_deployment(out, "evals/model", PlaneConfig()) == ("evals", "model")
-    assert model_server_deployment(out, "x", PlaneConfig(k8s_deployment="vllm")) == ("spot-eval", "vllm")
+    assert model_server_deployment(out, "evals/model", PlaneOptions()) == ("evals", "model")
+    assert model_server_deployment(
+        out, "x", PlaneOptions(providers={"kubernetes": {"deployment": "vllm"}})
+    ) == ("spot-eval", "vllm")
     with pytest.raises(ControlPlaneError, match="NAMESPACE/DEPLOYMENT"):
-        model_server_deployment(out, "a/b/c", PlaneConfig())
+        model_server_deployment(out, "a/b/c", PlaneOptions())
 
 
 def test_k8s_is_the_stacks_name_for_the_kubernetes_provider() -> None:
@@ -266,7 +270,7 @@ def test_connect_without_a_cluster_says_so(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(ControlPlaneError, match=r"no usable kubeconfig .* and not in a cluster"):
-        KubernetesPlane.connect(outputs(), f"{NS}/model", PlaneConfig())
+        KubernetesPlane.connect(outputs(), f"{NS}/model", PlaneOptions())
 
 
 def test_measure_restart_on_kubernetes_deletes_the_pod_and_times_the_replacement(

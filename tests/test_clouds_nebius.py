@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from spoteval.agent import api_stop
-from spoteval.clouds import ControlPlaneError, PlaneConfig, StackOutputs
+from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.clouds.nebius import NebiusPlane, gpus_of
 from tests.fake_nebius import TOKEN, FakeImds, FakeNebius, State
 
@@ -42,7 +42,7 @@ def _outputs(**extra: Any) -> StackOutputs:
 
 
 def _plane(fake: FakeNebius, **extra: Any) -> NebiusPlane:
-    return NebiusPlane(_outputs(**extra), NODE, PlaneConfig(poll_s=0.01, configured_price=1.1), fake.sdk())
+    return NebiusPlane(_outputs(**extra), NODE, PlaneOptions(poll_s=0.01, configured_price=1.1), fake.sdk())
 
 
 def test_state_reads_the_instance_through_the_api_with_the_token(fake: FakeNebius) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from spoteval.agent import api_stop
-from spoteval.clouds import ControlPlaneError, PlaneConfig, StackOutputs, open_plane
+from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs, open_plane
 from spoteval.clouds.runpod import RunpodApi, RunpodError, RunpodPlane, capped_bid
 from tests.fake_runpod import API_KEY, FakeRunpod
 
@@ -41,7 +41,7 @@ def _outputs(**extra: Any) -> StackOutputs:
 
 def _plane(fake: FakeRunpod, **extra: Any) -> RunpodPlane:
     api = RunpodApi(API_KEY, api_base=fake.url, rest_url=f"{fake.url}/v1", timeout_s=5)
-    return RunpodPlane(_outputs(**extra), "pod0001", PlaneConfig(poll_s=0.01, configured_price=0.5), api)
+    return RunpodPlane(_outputs(**extra), "pod0001", PlaneOptions(poll_s=0.01, configured_price=0.5), api)
 
 
 def test_price_is_the_minimum_bid_per_gpu_now_times_the_pods_gpus(fake: FakeRunpod) -> None:
@@ -126,7 +126,7 @@ def test_api_errors_name_the_operation_and_the_pod(fake: FakeRunpod) -> None:
     with pytest.raises(ControlPlaneError, match="runpod pod pod0001: no such pod"):
         _plane(fake).state()
     bad = RunpodPlane(
-        _outputs(), "pod0001", PlaneConfig(), RunpodApi("wrong", api_base=fake.url, timeout_s=5)
+        _outputs(), "pod0001", PlaneOptions(), RunpodApi("wrong", api_base=fake.url, timeout_s=5)
     )
     with pytest.raises(ControlPlaneError, match=r"HTTP 401: the API key is refused \(RUNPOD_API_KEY\)"):
         bad.state()
@@ -136,11 +136,11 @@ def test_api_errors_name_the_operation_and_the_pod(fake: FakeRunpod) -> None:
 def test_open_plane_needs_the_api_key(monkeypatch: pytest.MonkeyPatch, fake: FakeRunpod) -> None:
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
     with pytest.raises(ControlPlaneError, match="RUNPOD_API_KEY is not set"):
-        open_plane(_outputs(), "pod0001", PlaneConfig())
+        open_plane(_outputs(), "pod0001", PlaneOptions())
     for key, value in fake.env.items():
         monkeypatch.setenv(key, value)
     fake.add_pod("pod0001", boot_polls_left=1)
-    plane = open_plane(_outputs(), "pod0001", PlaneConfig(poll_s=0.01))
+    plane = open_plane(_outputs(), "pod0001", PlaneOptions(poll_s=0.01))
     assert isinstance(plane, RunpodPlane) and plane.state().status == "pending"
 
 

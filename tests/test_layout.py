@@ -20,7 +20,7 @@ MAX_LINES = 600
 MAX_SCRIPT_LINES = 200
 
 #: Modules over a limit today that other parts of the layout work own: components/ and
-#: spoteval/providers.py (the Pulumi side), the agent loop and the drill (the node side), and two that
+#: spoteval/providers.py (the Pulumi side), and two that
 #: no part of it names yet (spoteval/record.py, scripts/plan.py). The tests of these are expected
 #: failures until those parts are merged; then they pass (strict: an unexpected pass fails) and the
 #: lists and the marks go.
@@ -30,18 +30,10 @@ WAIVED_SIZES = frozenset(
         "components/azure.py",
         "components/settings.py",
         "scripts/plan.py",
-        "spoteval/agent/loop.py",
-        "spoteval/drill.py",
         "spoteval/providers.py",
         "spoteval/record.py",
     }
 )
-#: Modules in an import circle today that another part owns: the control planes' package imports its
-#: provider modules, which import it back (the node side gives them a base module).
-WAIVED_CYCLES = frozenset({"spoteval/clouds/__init__.py"})
-#: Scripts that import another script today, owned by another part (the drill: the node side; the
-#: report it builds is `spoteval.report.build`).
-WAIVED_SCRIPT_IMPORTS = frozenset({"scripts/drill.py"})
 
 
 def project_files() -> list[Path]:
@@ -157,15 +149,7 @@ def test_the_graph_sees_the_project_and_its_imports() -> None:
 
 
 def test_no_import_circle_among_project_modules() -> None:
-    found = [c for c in cycles(import_graph()) if not {_path_of(m) for m in c} & WAIVED_CYCLES]
-    assert found == []
-
-
-@pytest.mark.xfail(
-    strict=True, reason=f"another part of the layout work owns {', '.join(sorted(WAIVED_CYCLES))}"
-)
-def test_no_import_circle_through_the_modules_other_parts_change() -> None:
-    assert [c for c in cycles(import_graph()) if {_path_of(m) for m in c} & WAIVED_CYCLES] == []
+    assert cycles(import_graph()) == []
 
 
 def script_imports() -> dict[str, list[str]]:
@@ -176,14 +160,7 @@ def script_imports() -> dict[str, list[str]]:
 
 
 def test_no_script_imports_another() -> None:
-    assert {p: m for p, m in script_imports().items() if p not in WAIVED_SCRIPT_IMPORTS} == {}
-
-
-@pytest.mark.xfail(
-    strict=True, reason=f"another part of the layout work owns {', '.join(WAIVED_SCRIPT_IMPORTS)}"
-)
-def test_no_script_another_part_owns_imports_another() -> None:
-    assert {p: m for p, m in script_imports().items() if p in WAIVED_SCRIPT_IMPORTS} == {}
+    assert script_imports() == {}
 
 
 def test_no_module_over_600_lines_and_no_script_over_200() -> None:

@@ -25,9 +25,16 @@ from datetime import datetime, timezone
 from typing import Final
 
 from spoteval.agent.notices import http
+from spoteval.providers import AWS
 
-EC2_API_VERSION: Final = "2016-11-15"
-IMDS_DEFAULT: Final = "http://169.254.169.254"
+assert AWS.metadata is not None and AWS.price is not None and AWS.price.url is not None
+_IMDS: Final = AWS.metadata
+EC2_API_VERSION: Final = AWS.price.version or ""
+#: the regional EC2 endpoint, a format string with `{region}` (spoteval/providers.py)
+EC2_ENDPOINT: Final[str] = AWS.price.url
+IMDS_DEFAULT: Final = _IMDS.base_url
+#: lifetime asked for the IMDSv2 token of one credentials read
+_TOKEN_TTL_S: Final = 300
 _ALGORITHM: Final = "AWS4-HMAC-SHA256"
 
 
@@ -99,17 +106,19 @@ def credentials(metadata_url: str | None, environ: Mapping[str, str] | None = No
             env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN")
         )
     base = (metadata_url or IMDS_DEFAULT).rstrip("/")
+    assert _IMDS.token_ttl_header is not None and _IMDS.token_header is not None
     token = http(
-        base + "/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"}
+        base + _IMDS.paths["token"], method="PUT", headers={_IMDS.token_ttl_header: str(_TOKEN_TTL_S)}
     )
     if token.status != 200 or not token.body:
         raise OSError(f"IMDSv2 token request answered {token.status}")
-    auth = {"X-aws-ec2-metadata-token": token.body.decode().strip()}
-    roles = http(base + "/latest/meta-data/iam/security-credentials/", headers=auth)
+    auth = {_IMDS.token_header: token.body.decode().strip()}
+    roles_path = _IMDS.paths["credentials"]
+    roles = http(base + roles_path, headers=auth)
     if roles.status != 200 or not roles.body.strip():
         raise OSError(f"the node has no instance role (iam/security-credentials answered {roles.status})")
     role = roles.body.decode().split()[0]
-    reply = http(base + f"/latest/meta-data/iam/security-credentials/{role}", headers=auth)
+    reply = http(base + roles_path + role, headers=auth)
     if reply.status != 200:
         raise OSError(f"iam/security-credentials/{role} answered {reply.status}")
     doc = json.loads(reply.body)
@@ -171,7 +180,7 @@ def spot_price_now(
         "StartTime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     url, headers = sign_query_get(
-        endpoint or f"https://ec2.{region}.amazonaws.com/",
+        endpoint or EC2_ENDPOINT.format(region=region),
         params,
         creds,
         region=region,

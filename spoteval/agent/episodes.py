@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval.agent.config import EpisodesConfig, ServerConfig, substitute
-from spoteval.record import utc_now
+from spoteval.record import ManifestEntry, utc_now
 
 SETTLE_S: Final = 1.0
 _ERROR_TAIL: Final = 2000
@@ -167,6 +167,39 @@ def classify(run: Running, timeout_s: float) -> Ended:
     return Ended("model_failure", error=f"{what}: {tail}" if tail else what, settle=True)
 
 
+#: Signals of a shutdown (an exit of 128+N is how shells report death by signal N).
+SHUTDOWN_SIGNALS: Final = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
+
+
+def during_shutdown(run: Running, ended: Ended, *, server_gone: bool) -> Ended:
+    """A failure seen around a notice: the shutdown's doing, or the episode's own?
+
+    Interrupted when the episode died by a signal the agent did not send (or exited 128+N for
+    SIGTERM, SIGKILL, SIGINT, SIGHUP, as shells report it): the OS stopping every process;
+    or when the model server is gone or not answering. A plain failure of an episode that
+    ran on after the notice stays a model failure.
+    """
+    code = run.returncode
+    by_signal = code is not None and (code < 0 or code - 128 in SHUTDOWN_SIGNALS)
+    if by_signal or server_gone:
+        return Ended("interrupted", error=f"ended during shutdown: {ended.error}")
+    return ended
+
+
+def episode_env(
+    base: Mapping[str, str], run_id: str, run: Running, entry: ManifestEntry, model_url: str
+) -> dict[str, str]:
+    """The environment of an attempt: the agent's, plus what the episode needs to know."""
+    return {
+        **base,
+        "SPOTEVAL_RUN_ID": run_id,
+        "SPOTEVAL_EPISODE_ID": run.episode_id,
+        "SPOTEVAL_EPISODE_PARAMS": json.dumps(dict(entry.params), sort_keys=True),
+        "SPOTEVAL_MODEL_URL": model_url,
+        "SPOTEVAL_OUTPUT": run.output_path,
+    }
+
+
 def cleanup(run: Running) -> None:
     for path in (run.output_path, run.log_path):
         with contextlib.suppress(OSError):
@@ -184,6 +217,25 @@ class ModelServer:
         self.log_path = log_path
         self.env = dict(env)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.healthy_mono: float | None = None  # when the health URL first answered
+        self.probed = threading.Event()  # set once the probe knows: healthy, exited, or timed out
+
+    def probe(self, stopping: threading.Event) -> None:
+        """From now, in a thread: note when the health URL first answers (until the server exits,
+        `ready_timeout_s` passes or `stopping` is set), then set `probed`."""
+
+        def run() -> None:
+            deadline = time.monotonic() + self.config.ready_timeout_s
+            while time.monotonic() < deadline and not stopping.is_set():
+                if self.healthy():
+                    self.healthy_mono = time.monotonic()
+                    break
+                if self.exit_code() is not None:
+                    break
+                time.sleep(0.1)
+            self.probed.set()
+
+        threading.Thread(target=run, name="health", daemon=True).start()
 
     def start(self) -> None:
         if not self.config.command:

@@ -212,6 +212,98 @@ def start_reason(history: History, node: str, now: datetime) -> tuple[str, dict[
     return "restart_after_preemption", details
 
 
+# --- recovery planning: what a starting agent does about the record (the loop only applies it) --
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What a starting agent makes of the record, before it starts anything."""
+
+    reason: str  # the start reason
+    details: Mapping[str, Any]  # its evidence
+    resolved: tuple[str, ...]  # the ended incarnations checked for lost attempts (sorted)
+    lost: tuple[LostAttempt, ...]  # attempts lost with an earlier incarnation
+    interrupted: tuple[Attempt, ...]  # their records (`interrupted`), for episodes of this manifest
+    results: tuple[Attempt, ...]  # recorded final attempts whose result is missing: written now
+    final: frozenset[str]  # episodes with a final outcome (a result, or one written now)
+    pending: tuple[str, ...]  # episodes still to run, in manifest order
+    failures: Mapping[str, int]  # recorded model failures per episode not yet final or with one now
+    next_n: Mapping[str, int]  # the next attempt number per episode with attempts recorded
+
+
+def plan_recovery(
+    history: History,
+    node: str,
+    now: datetime,
+    episodes: Sequence[str],
+    *,
+    max_attempts: int,
+    incarnation: str,
+) -> Recovery:
+    """Decide from the record alone: the start reason, the attempts an earlier incarnation lost
+    (recorded now as `interrupted` by `incarnation`, under the next free attempt numbers), the
+    results to write from recorded attempts (the last completed one, or the last model failure once
+    `max_attempts` failed), and what is left to run."""
+    reason, details = start_reason(history, node, now)
+    incs = unresolved(history, node, now)
+    lost = lost_attempts(lost_candidates(incs), history.attempts)
+    next_n = {episode: max(numbers) + 1 for episode, numbers in history.attempt_numbers.items()}
+    known = set(episodes)
+    interrupted: list[Attempt] = []
+    for item in lost:
+        if item.episode_id not in known:
+            continue
+        n = next_n.get(item.episode_id, 1)
+        next_n[item.episode_id] = n + 1
+        interrupted.append(
+            Attempt(
+                episode_id=item.episode_id,
+                outcome="interrupted",
+                attempt=n,
+                node=item.node,
+                started=item.started,
+                ended=item.last_seen,
+                error=f"node lost: incarnation {item.incarnation} recorded no end for this attempt",
+                details={
+                    "incarnation": item.incarnation,
+                    "dispatch": item.dispatch,
+                    "recorded_by": incarnation,
+                    "lost": True,
+                },
+            )
+        )
+    final: set[str] = set()
+    pending: list[str] = []
+    failures: dict[str, int] = {}
+    results: list[Attempt] = []
+    for episode in episodes:
+        if episode in history.results:
+            final.add(episode)
+            continue
+        attempts = history.attempts.get(episode, ())
+        failed = [a for a in attempts if a.outcome == "model_failure"]
+        completed = [a for a in attempts if a.outcome == "completed"]
+        failures[episode] = len(failed)
+        last = completed[-1] if completed else (failed[-1] if len(failed) >= max_attempts else None)
+        if last is not None:  # the attempt is recorded, its result is not
+            results.append(last)
+            final.add(episode)
+        else:
+            pending.append(episode)
+    return Recovery(
+        reason=reason,
+        details=details,
+        resolved=tuple(sorted(i.id for i in incs)),
+        lost=tuple(lost),
+        interrupted=tuple(interrupted),
+        results=tuple(results),
+        final=frozenset(final),
+        pending=tuple(pending),
+        failures=failures,
+        next_n=next_n,
+    )
+
+
 def unresolved(history: History, node: str, now: datetime) -> list[Incarnation]:
     """Incarnations that have ended and whose in-flight attempts no start has checked yet."""
     done = history.resolved()

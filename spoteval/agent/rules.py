@@ -1,4 +1,5 @@
-"""Stop rules as a pure decision: `should_stop(state, rules) -> Stop | None`.
+"""Stop rules as a pure decision: `should_stop(state, rules) -> Stop | None`; and after a notice,
+which attempts run on (`finish_by`, `runs_on`).
 
 The agent's loop builds a `RunState` snapshot on every tick and asks; nothing here reads a clock,
 a file or the store, so every rule is tested with plain values.
@@ -58,3 +59,17 @@ def should_stop(state: RunState, rules: StopRules) -> Stop | None:
             {"idle_s": rules.idle_s, "idle_for_s": round(state.idle_s, 3), "remaining": state.remaining},
         )
     return None
+
+
+def finish_by(notice_mono: float, deadline_mono: float) -> float:
+    """After a notice: when attempts that run on must have ended (a margin before the deadline:
+    a quarter of the window, at least 1 s, at most 15 s)."""
+    window = max(0.0, deadline_mono - notice_mono)
+    margin = min(15.0, max(1.0, 0.25 * window))
+    return deadline_mono - margin
+
+
+def runs_on(started_mono: float, estimate_s: float | None, finish_by_mono: float) -> bool:
+    """Whether an attempt in flight at a notice runs on: only if it should end (the median duration
+    of completed attempts) by `finish_by_mono`."""
+    return estimate_s is not None and started_mono + estimate_s <= finish_by_mono

@@ -1,12 +1,9 @@
 """Control plane per provider: price now, state, stop, start, address, simulated preemption.
 
-One interface (`ControlPlane`), one module per provider, and a registry (`PROVIDERS`) mapping the
-provider name in the stack's outputs to a factory. Provider SDKs are imported only when their
-factory is called, so using one provider never needs the others installed.
-
-The stack's outputs (`StackOutputs`) are the same on every provider: `provider`, `region`, `zone`,
-`node_ids`, `instance_type`, `market`, `bucket_url`, `run_id`, `server_port`, `address_kind`, as
-`pulumi stack output --json` prints them.
+One interface (`ControlPlane`, in base.py), one module per provider (aws.py, gcp.py, azure.py,
+kubernetes.py, nebius.py, runpod.py, each parsing its own options), and a registry (registry.py)
+mapping the provider name in the stack's outputs to a factory. Provider SDKs are imported only when
+their factory is called, so using one provider never needs the others installed.
 
 `stop()` and `start()` block until the node has reached the state (or raise `ControlPlaneError`);
 asking about state or price never starts or stops anything.
@@ -14,316 +11,39 @@ asking about state or price never starts or stops anything.
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
-
-from spoteval.record import MARKETS, PRICE_SOURCES
-
-#: Normalised node states; each provider maps its own words onto these and keeps the original in `raw`.
-STATUSES: Final = frozenset({"pending", "running", "stopping", "stopped", "terminated", "unknown"})
-#: `address_kind` values with a meaning here; any other reads as `public` (the node's reachable address).
-PRIVATE_ADDRESS_KINDS: Final = frozenset({"private", "internal", "pod"})
-OUTPUT_KEYS: Final = (
-    "provider",
-    "region",
-    "zone",
-    "node_ids",
-    "instance_type",
-    "market",
-    "bucket_url",
-    "run_id",
-    "server_port",
-    "address_kind",
+from spoteval.clouds.base import (
+    OUTPUT_KEYS,
+    PRIVATE_ADDRESS_KINDS,
+    STATUSES,
+    ControlPlane,
+    ControlPlaneError,
+    HttpGet,
+    NodeState,
+    PlaneOptions,
+    StackOutputs,
+    configured_price,
+    http_get_json,
+    wait_for,
 )
-
-
-class ControlPlaneError(Exception):
-    """The provider refused or failed an operation; the message names the node and the operation."""
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """A node's state: `status` is one of STATUSES, `raw` is the provider's own word for it."""
-
-    status: str
-    raw: str
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"unknown node status {self.status!r} (known: {', '.join(sorted(STATUSES))})")
-
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
-
-    @property
-    def stopped(self) -> bool:
-        return self.status == "stopped"
-
-
-@dataclass(frozen=True)
-class Price:
-    """An hourly price and where it came from: `api` (read just now), `configured`, or `unknown`."""
-
-    per_hour: float | None
-    currency: str
-    source: str
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.source not in PRICE_SOURCES:
-            raise ValueError(
-                f"unknown price source {self.source!r} (known: {', '.join(sorted(PRICE_SOURCES))})"
-            )
-        if (self.per_hour is None) != (self.source == "unknown"):
-            must = "must be None" if self.source == "unknown" else "must not be None"
-            raise ValueError(f"a price from {self.source!r} {must}")
-        if self.per_hour is not None and self.per_hour < 0:
-            raise ValueError(f"price {self.per_hour} per hour is negative")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "per_hour": self.per_hour,
-            "currency": self.currency,
-            "source": self.source,
-            "details": dict(self.details),
-        }
-
-
-@dataclass(frozen=True)
-class StackOutputs:
-    """The outputs every provider's stack exports (see the module docstring)."""
-
-    provider: str
-    region: str
-    zone: str | None
-    node_ids: tuple[str, ...]
-    instance_type: str
-    market: str
-    bucket_url: str
-    run_id: str
-    server_port: int
-    address_kind: str
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, raw: object, where: str = "outputs") -> StackOutputs:
-        """Parse `pulumi stack output --json`; raises ControlPlaneError naming the missing or bad key."""
-        if not isinstance(raw, Mapping):
-            raise ControlPlaneError(f"{where}: must be a JSON object, got {type(raw).__name__}")
-
-        def text(key: str, *, optional: bool = False) -> str | None:
-            value = raw.get(key)
-            if value is None or value == "":
-                if optional:
-                    return None
-                raise ControlPlaneError(f"{where}.{key}: missing")
-            if not isinstance(value, str):
-                raise ControlPlaneError(f"{where}.{key}: must be a string, got {value!r}")
-            return value
-
-        provider = text("provider")
-        assert provider is not None
-        if provider not in PROVIDERS:
-            raise ControlPlaneError(
-                f"{where}.provider: unknown provider {provider!r} (known: {', '.join(sorted(PROVIDERS))})"
-            )
-        nodes = raw.get("node_ids")
-        if isinstance(nodes, str):
-            nodes = [nodes]
-        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) and n for n in nodes):
-            raise ControlPlaneError(f"{where}.node_ids: must be a non-empty list of node ids, got {nodes!r}")
-        market = text("market")
-        if market not in MARKETS:
-            raise ControlPlaneError(f"{where}.market: {market!r} is not one of {', '.join(sorted(MARKETS))}")
-        port = raw.get("server_port")
-        if isinstance(port, str) and port.isdigit():
-            port = int(port)
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ControlPlaneError(f"{where}.server_port: must be a TCP port, got {port!r}")
-        kind = text("address_kind", optional=True) or "public"
-        region, instance_type = text("region"), text("instance_type")
-        bucket_url, run_id = text("bucket_url"), text("run_id")
-        assert region and instance_type and bucket_url and run_id and market and kind
-        return cls(
-            provider=provider,
-            region=region,
-            zone=text("zone", optional=True),
-            node_ids=tuple(nodes),
-            instance_type=instance_type,
-            market=market,
-            bucket_url=bucket_url,
-            run_id=run_id,
-            server_port=port,
-            address_kind=kind,
-            extra={k: v for k, v in raw.items() if k not in OUTPUT_KEYS},
-        )
-
-
-@dataclass(frozen=True)
-class PlaneConfig:
-    """What the control plane needs beyond the stack's outputs.
-
-    `configured_price` is used when the provider has no price API (or none is configured);
-    `poll_s` is the interval between state reads while waiting; `fis_template_id` (AWS) names the
-    FIS experiment template that sends the spot interruption; `gcp_billing_api_key` enables the
-    Cloud Billing Catalog price. The stack's node ids are names; where a name alone does not find
-    the node, the rest comes from here (the stack's config): `gcp_project`, `azure_subscription`
-    and `azure_resource_group`, `k8s_namespace` and `k8s_deployment` (the model server's).
-    """
-
-    configured_price: float | None = None
-    currency: str = "USD"
-    poll_s: float = 5.0
-    fis_template_id: str | None = None
-    gcp_billing_api_key: str | None = None
-    gcp_project: str | None = None
-    azure_subscription: str | None = None
-    azure_resource_group: str | None = None
-    k8s_namespace: str | None = None
-    k8s_deployment: str | None = None
-
-
-class ControlPlane(Protocol):
-    """One node's control plane. Every method names the node in its errors."""
-
-    provider: str
-    node: str
-    #: True when the provider itself brings the node back after a preemption (AWS persistent
-    #: requests, Kubernetes controllers); `start()` then waits for it instead of asking.
-    restarts_itself: bool
-    #: False when a stopped node cannot stay stopped (a Kubernetes controller replaces the pod).
-    can_stay_stopped: bool
-
-    def price_now(self) -> Price: ...
-
-    def state(self) -> NodeState: ...
-
-    def stop(self, timeout_s: float) -> None: ...
-
-    def start(self, timeout_s: float) -> None: ...
-
-    def address(self) -> str | None: ...
-
-    def simulate_preemption(self, timeout_s: float) -> str:
-        """Make the provider take the node as a preemption would; returns how (for the record)."""
-        ...
-
-
-def configured_price(config: PlaneConfig, **details: Any) -> Price:
-    """The configured price, or an unknown one when none is configured."""
-    if config.configured_price is None:
-        return Price(None, config.currency, "unknown", details)
-    return Price(config.configured_price, config.currency, "configured", details)
-
-
-HttpGet = Callable[[str], Mapping[str, Any]]
-
-
-def http_get_json(url: str) -> Mapping[str, Any]:
-    """GET a JSON object; errors name the URL without its query (which may carry an API key)."""
-    where = url.split("?", maxsplit=1)[0]
-    try:
-        with urllib.request.urlopen(url, timeout=30) as reply:
-            data = json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        body = exc.read()[:300].decode(errors="replace")
-        raise ControlPlaneError(f"GET {where}: HTTP {exc.code}: {body}") from None
-    except (OSError, ValueError) as exc:
-        raise ControlPlaneError(f"GET {where}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ControlPlaneError(f"GET {where}: the answer is not a JSON object")
-    return data
-
-
-def wait_for(
-    read: Callable[[], NodeState],
-    want: Collection[str],
-    *,
-    timeout_s: float,
-    poll_s: float,
-    what: str,
-    fatal: Collection[str] = ("terminated",),
-) -> NodeState:
-    """Poll `read()` until its status is in `want`; ControlPlaneError on timeout or a fatal status."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = read()
-        if state.status in want:
-            return state
-        if state.status in fatal:
-            raise ControlPlaneError(f"{what}: the node is {state.raw} ({state.status})")
-        if time.monotonic() >= deadline:
-            raise ControlPlaneError(
-                f"{what}: still {state.raw} after {timeout_s:g} s (waiting for {'/'.join(sorted(want))})"
-            )
-        time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
-
-
-Factory = Callable[[StackOutputs, str, PlaneConfig], ControlPlane]
-
-
-def _aws(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
-    from spoteval.clouds.aws import AwsPlane
-
-    return AwsPlane.connect(outputs, node, config)
-
-
-def _gcp(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
-    from spoteval.clouds.gcp import GcpPlane
-
-    return GcpPlane.connect(outputs, node, config)
-
-
-def _azure(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
-    from spoteval.clouds.azure import AzurePlane
-
-    return AzurePlane.connect(outputs, node, config)
-
-
-def _kubernetes(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
-    from spoteval.clouds.kubernetes import KubernetesPlane
-
-    return KubernetesPlane.connect(outputs, node, config)
-
-
-def _nebius(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
-    from spoteval.clouds.nebius import NebiusPlane
-
-    return NebiusPlane.connect(outputs, node, config)
-
-
-def _runpod(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
-    from spoteval.clouds.runpod import RunpodPlane
-
-    return RunpodPlane.connect(outputs, node, config)
-
-
-#: provider name (the stack's `provider` output) -> factory
-PROVIDERS: Final[dict[str, Factory]] = {
-    "aws": _aws,
-    "gcp": _gcp,
-    "azure": _azure,
-    "kubernetes": _kubernetes,
-    "k8s": _kubernetes,
-    "nebius": _nebius,
-    "runpod": _runpod,
-}
-
-
-def open_plane(outputs: StackOutputs, node: str, config: PlaneConfig) -> ControlPlane:
-    """The control plane for one node of the stack."""
-    if node not in outputs.node_ids:
-        raise ControlPlaneError(
-            f"node {node!r} is not among the stack's node_ids ({', '.join(outputs.node_ids)})"
-        )
-    factory = PROVIDERS.get(outputs.provider)
-    if factory is None:
-        raise ControlPlaneError(f"no control plane for provider {outputs.provider!r}")
-    return factory(outputs, node, config)
+from spoteval.clouds.registry import PROVIDERS, Factory, PlaneConfig, open_plane
+from spoteval.price import Price
+
+__all__ = [
+    "OUTPUT_KEYS",
+    "PRIVATE_ADDRESS_KINDS",
+    "PROVIDERS",
+    "STATUSES",
+    "ControlPlane",
+    "ControlPlaneError",
+    "Factory",
+    "HttpGet",
+    "NodeState",
+    "PlaneConfig",
+    "PlaneOptions",
+    "Price",
+    "StackOutputs",
+    "configured_price",
+    "http_get_json",
+    "open_plane",
+    "wait_for",
+]

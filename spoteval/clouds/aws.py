@@ -8,7 +8,7 @@ Credentials, region and endpoint come from the standard environment as boto3 rea
 - Stop/start: `stop_instances` / `start_instances`, then polling `describe_instances`. A spot
   instance that EC2 stopped by an interruption can only be restarted by EC2 (persistent request):
   `start()` then waits for EC2 to bring it back.
-- Preemption: the FIS experiment template given in the config (action
+- Preemption: the FIS experiment template given in the options (`AwsOptions`) (action
   `aws:ec2:send-spot-instance-interruptions`), then waiting until the instance is stopped.
 """
 
@@ -16,22 +16,25 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from spoteval.clouds import (
+from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     ControlPlaneError,
     NodeState,
-    PlaneConfig,
-    Price,
+    PlaneOptions,
     StackOutputs,
     configured_price,
+    provider_options,
     wait_for,
 )
+from spoteval.price import Price
+from spoteval.providers import AWS
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
@@ -47,6 +50,18 @@ _STATES: Final = {
 }
 #: StateReason codes of a spot instance that EC2 stopped by an interruption (only EC2 restarts it).
 _INTERRUPTED: Final = ("Server.SpotInstanceShutdown", "Server.SpotInstanceTermination")
+
+
+@dataclass(frozen=True)
+class AwsOptions:
+    """The aws plane's own options: `fis_template_id`, the FIS experiment template that sends the
+    spot interruption (`simulate_preemption`)."""
+
+    fis_template_id: str | None = None
+
+    @classmethod
+    def parse(cls, options: PlaneOptions) -> AwsOptions:
+        return provider_options(cls, options, "aws")
 
 
 def _error(exc: Exception) -> str:
@@ -85,11 +100,11 @@ def spot_price(history: Sequence[SpotPriceTypeDef], instance_type: str, zone: st
 
 class AwsPlane:
     provider = "aws"
-    restarts_itself = True
-    can_stay_stopped = True
+    restarts_itself = AWS.restarts_itself
+    can_stay_stopped = AWS.can_stay_stopped
 
     def __init__(
-        self, outputs: StackOutputs, node: str, config: PlaneConfig, ec2: EC2Client, fis: Any = None
+        self, outputs: StackOutputs, node: str, config: PlaneOptions, ec2: EC2Client, fis: Any = None
     ) -> None:
         if not node.startswith("i-"):
             raise ControlPlaneError(
@@ -99,15 +114,17 @@ class AwsPlane:
         self.outputs = outputs
         self.node = node
         self.config = config
+        self.own = AwsOptions.parse(config)
         self.ec2 = ec2
         self.fis = fis
 
     @classmethod
-    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> AwsPlane:
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> AwsPlane:
+        own = AwsOptions.parse(config)
         try:
             session = boto3.session.Session(region_name=outputs.region)
             ec2 = session.client("ec2")
-            fis = session.client("fis") if config.fis_template_id else None
+            fis = session.client("fis") if own.fis_template_id else None
         except BotoCoreError as exc:
             raise ControlPlaneError(f"aws {outputs.region}: cannot create the EC2 client: {exc}") from None
         return cls(outputs, node, config, ec2, fis)
@@ -201,7 +218,7 @@ class AwsPlane:
 
     def simulate_preemption(self, timeout_s: float) -> str:
         what = f"aws preempt {self.node}"
-        template = self.config.fis_template_id
+        template = self.own.fis_template_id
         if not template or self.fis is None:
             raise ControlPlaneError(
                 f"{what}: needs an AWS FIS experiment template with the action "

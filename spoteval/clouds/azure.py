@@ -2,7 +2,7 @@
 
 Credentials come from `DefaultAzureCredential` (environment, managed identity, `az login`). A node
 id is the VM's ARM id (`/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/NAME`)
-or its name, with the resource group from the config and the subscription from the config or
+or its name, with the resource group from the options and the subscription from the options or
 `AZURE_SUBSCRIPTION_ID`.
 
 - State: the instance view's `PowerState/...` status (`deallocated` and `stopped` both read as
@@ -10,39 +10,50 @@ or its name, with the resource group from the config and the subscription from t
 - Stop/start: `begin_deallocate` / `begin_start` (waiting for the long-running operation), then polling.
 - Preemption: `simulate_eviction` (spot VMs only), then waiting until the VM is stopped.
 - Address: the primary NIC's IP configuration: its public IP resource's address, or the private one.
-- Price: the Retail Prices API (no auth), the Linux `Spot` meter for the VM size in the region,
-  following `NextPageLink`; on-demand nodes or no meter: the configured price.
+- Price: the Retail Prices API (no auth; the query is spoteval/price.py's, which the agent uses too),
+  the Linux `Spot` meter for the VM size in the region, following `NextPageLink`; on-demand nodes or
+  no meter: the configured price.
 """
 
 from __future__ import annotations
 
 import os
-import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 from azure.mgmt.core.tools import is_valid_resource_id, parse_resource_id
 
-from spoteval.clouds import (
+from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     ControlPlaneError,
     HttpGet,
     NodeState,
-    PlaneConfig,
-    Price,
+    PlaneOptions,
     StackOutputs,
     configured_price,
     http_get_json,
+    provider_options,
     wait_for,
 )
+from spoteval.price import (
+    AZURE_PRICES_URL,
+    Price,
+    RetailPricesError,
+    retail_filter,
+    retail_items,
+    retail_price,
+    retail_prices_url,
+)
+from spoteval.providers import AZURE
+
+__all__ = ["AzureOptions", "AzurePlane", "price_filter", "retail_items", "spot_price", "vm_resource_id"]
 
 if TYPE_CHECKING:
     from azure.mgmt.compute import ComputeManagementClient
     from azure.mgmt.network import NetworkManagementClient
 
-PRICES_URL: Final = "https://prices.azure.com/api/retail/prices"
-PRICES_API_VERSION: Final = "2023-01-01-preview"
 _POWER_STATES: Final = {
     "starting": "pending",
     "running": "running",
@@ -55,58 +66,28 @@ _POWER_STATES: Final = {
 
 def price_filter(region: str, sku: str) -> str:
     """The Retail Prices `$filter` for a VM size's spot meters in a region."""
-    return (
-        f"serviceName eq 'Virtual Machines' and armRegionName eq '{region}' and armSkuName eq '{sku}' "
-        "and priceType eq 'Consumption' and contains(meterName,'Spot')"
-    )
-
-
-def retail_items(first_url: str, http_get: HttpGet, max_pages: int = 100) -> Iterator[Mapping[str, Any]]:
-    """Every item of a Retail Prices query, following `NextPageLink`."""
-    url: str | None = first_url
-    for _ in range(max_pages):
-        if not url:
-            return
-        page = http_get(url)
-        items = page.get("Items") or []
-        if not isinstance(items, list):
-            raise ControlPlaneError("azure Retail Prices: `Items` is not a list")
-        yield from (i for i in items if isinstance(i, Mapping))
-        link = page.get("NextPageLink")
-        url = link if isinstance(link, str) and link else None
-    if url:
-        raise ControlPlaneError(f"azure Retail Prices: more than {max_pages} pages")
+    return retail_filter(region, sku)
 
 
 def spot_price(items: Iterable[Mapping[str, Any]], sku: str) -> Price | None:
-    """The Linux spot hourly price among Retail Prices items (newest effective date wins), or None."""
-    best: Mapping[str, Any] | None = None
-    for item in items:
-        if item.get("armSkuName") != sku or "Spot" not in str(item.get("meterName", "")):
-            continue
-        if "Windows" in str(item.get("productName", "")) or item.get("type", "Consumption") != "Consumption":
-            continue
-        if str(item.get("unitOfMeasure", "1 Hour")) != "1 Hour":
-            continue
-        if not isinstance(item.get("retailPrice"), int | float):
-            continue
-        if best is None or str(item.get("effectiveStartDate", "")) > str(best.get("effectiveStartDate", "")):
-            best = item
-    if best is None:
-        return None
-    return Price(
-        float(best["retailPrice"]),
-        str(best.get("currencyCode") or "USD"),
-        "api",
-        {
-            "meter": best.get("meterName"),
-            "product": best.get("productName"),
-            "since": best.get("effectiveStartDate"),
-        },
-    )
+    """The Linux spot hourly price among the Retail Prices items of `sku`, or None."""
+    return retail_price(i for i in items if i.get("armSkuName") == sku)
 
 
-def vm_resource_id(node: str, config: PlaneConfig) -> str:
+@dataclass(frozen=True)
+class AzureOptions:
+    """The azure plane's own options, for a node given by its VM name: `resource_group` (the stack's
+    azure.resource_group) and `subscription` (else AZURE_SUBSCRIPTION_ID)."""
+
+    subscription: str | None = None
+    resource_group: str | None = None
+
+    @classmethod
+    def parse(cls, options: PlaneOptions) -> AzureOptions:
+        return provider_options(cls, options, "azure")
+
+
+def vm_resource_id(node: str, config: PlaneOptions) -> str:
     """The VM's ARM id: `node` itself, or a VM name with the config's (or environment's) subscription
     and the config's resource group."""
     if node.startswith("/"):
@@ -114,32 +95,33 @@ def vm_resource_id(node: str, config: PlaneConfig) -> str:
         if str(parts.get("type", "")).lower() != "virtualmachines" or not parts.get("resource_group"):
             raise ControlPlaneError(f"azure node {node!r} is not an ARM resource id of a virtual machine")
         return node
-    subscription = config.azure_subscription or os.environ.get("AZURE_SUBSCRIPTION_ID")
-    if not subscription or not config.azure_resource_group or "/" in node:
+    own = AzureOptions.parse(config)
+    subscription = own.subscription or os.environ.get("AZURE_SUBSCRIPTION_ID")
+    if not subscription or not own.resource_group or "/" in node:
         raise ControlPlaneError(
             f"azure node {node!r}: give the VM's ARM id, or its name with the resource group "
             "(the stack's azure.resource_group) and AZURE_SUBSCRIPTION_ID"
         )
     return (
-        f"/subscriptions/{subscription}/resourceGroups/{config.azure_resource_group}"
+        f"/subscriptions/{subscription}/resourceGroups/{own.resource_group}"
         f"/providers/Microsoft.Compute/virtualMachines/{node}"
     )
 
 
 class AzurePlane:
     provider = "azure"
-    restarts_itself = False
-    can_stay_stopped = True
+    restarts_itself = AZURE.restarts_itself
+    can_stay_stopped = AZURE.can_stay_stopped
 
     def __init__(
         self,
         outputs: StackOutputs,
         node: str,
-        config: PlaneConfig,
+        config: PlaneOptions,
         compute: ComputeManagementClient,
         network: NetworkManagementClient | None = None,
         *,
-        prices_url: str = PRICES_URL,
+        prices_url: str = AZURE_PRICES_URL,
         http_get: HttpGet = http_get_json,
     ) -> None:
         parts = parse_resource_id(vm_resource_id(node, config))
@@ -155,7 +137,7 @@ class AzurePlane:
         self.name = str(parts["name"])
 
     @classmethod
-    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> AzurePlane:
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> AzurePlane:
         from azure.identity import DefaultAzureCredential
         from azure.mgmt.compute import ComputeManagementClient
 
@@ -228,15 +210,11 @@ class AzurePlane:
         if self.outputs.market != "spot":
             return configured_price(self.config, reason="on-demand price is not read from an API")
         sku = self.outputs.instance_type
-        query = urllib.parse.urlencode(
-            {
-                "api-version": PRICES_API_VERSION,
-                "currencyCode": f"'{self.config.currency}'",
-                "$filter": price_filter(self.outputs.region, sku),
-            },
-            quote_via=urllib.parse.quote,
-        )
-        price = spot_price(retail_items(f"{self.prices_url}?{query}", self.http_get), sku)
+        url = retail_prices_url(self.prices_url, self.outputs.region, sku, currency=self.config.currency)
+        try:
+            price = spot_price(retail_items(url, self.http_get), sku)
+        except RetailPricesError as exc:
+            raise ControlPlaneError(str(exc)) from None
         if price is None:
             return configured_price(
                 self.config, reason=f"no Linux spot meter for {sku} in {self.outputs.region}"

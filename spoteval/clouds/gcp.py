@@ -2,14 +2,14 @@
 
 Credentials come from Application Default Credentials. A node id is the instance's resource path
 (`projects/P/zones/Z/instances/NAME`, optionally as a full URL) or a bare name, with the project
-from the config (`gcp_project`, else `GOOGLE_CLOUD_PROJECT`) and the zone from the outputs.
+from the options (`GcpOptions.project`, else `GOOGLE_CLOUD_PROJECT`) and the zone from the outputs.
 
 - State: the instance's `status`; GCP's `TERMINATED` is a stopped instance (disks kept).
 - Stop/start: `instances.stop` / `instances.start` (waiting for the operation), then polling.
   GCP has no API to preempt a VM on request: `simulate_preemption()` stops it, as
   `gcloud compute instances stop` does in GCP's own advice.
 - Price: with a Cloud Billing API key, the Catalog's Compute Engine SKUs
-  (`services/6F81-5844-456A/skus`): the machine type's vCPUs x the family's
+  (`{COMPUTE_SERVICE}/skus`): the machine type's vCPUs x the family's
   "Spot Preemptible <FAMILY> Instance Core" price + its GiB of memory x the "... Instance Ram" price
   + each GPU x the "Spot Preemptible <GPU> GPU" price, for SKUs whose `serviceRegions` list the
   region. Without a key, or when a part has no SKU: the configured price.
@@ -28,21 +28,25 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
 
-from spoteval.clouds import (
+from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     ControlPlaneError,
     HttpGet,
     NodeState,
-    PlaneConfig,
-    Price,
+    PlaneOptions,
     StackOutputs,
     configured_price,
     http_get_json,
+    provider_options,
     wait_for,
 )
+from spoteval.price import Price
+from spoteval.providers import GCP
 
-COMPUTE_SERVICE: Final = "services/6F81-5844-456A"
-CATALOG_URL: Final = "https://cloudbilling.googleapis.com/v1"
+assert GCP.price is not None and GCP.price.url is not None
+#: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers.py)
+COMPUTE_SERVICE: Final = GCP.price.names["compute_service"]
+CATALOG_URL: Final[str] = GCP.price.url
 _STATES: Final = {
     "PROVISIONING": "pending",
     "STAGING": "pending",
@@ -138,16 +142,29 @@ def catalog_price(skus: Iterable[Mapping[str, Any]], region: str, shape: Machine
     return Price(round(total, 6), currencies.pop(), "api", {"skus": sorted(set(used)), "region": region})
 
 
+@dataclass(frozen=True)
+class GcpOptions:
+    """The gcp plane's own options: `project` (for a node given by its name; else
+    GOOGLE_CLOUD_PROJECT) and `billing_api_key` (reads the spot price from the Catalog)."""
+
+    project: str | None = None
+    billing_api_key: str | None = None
+
+    @classmethod
+    def parse(cls, options: PlaneOptions) -> GcpOptions:
+        return provider_options(cls, options, "gcp")
+
+
 class GcpPlane:
     provider = "gcp"
-    restarts_itself = False
-    can_stay_stopped = True
+    restarts_itself = GCP.restarts_itself
+    can_stay_stopped = GCP.can_stay_stopped
 
     def __init__(
         self,
         outputs: StackOutputs,
         node: str,
-        config: PlaneConfig,
+        config: PlaneOptions,
         instances: compute_v1.InstancesClient,
         machine_types: compute_v1.MachineTypesClient | None = None,
         *,
@@ -157,6 +174,7 @@ class GcpPlane:
         self.outputs = outputs
         self.node = node
         self.config = config
+        self.own = GcpOptions.parse(config)
         self.instances = instances
         self.machine_types = machine_types
         self.catalog_url = catalog_url.rstrip("/")
@@ -165,7 +183,7 @@ class GcpPlane:
         if m:
             self.project, self.zone, self.name = m["project"], m["zone"], m["name"]
         else:
-            project = config.gcp_project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+            project = self.own.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
             if not project or not outputs.zone or "/" in node:
                 raise ControlPlaneError(
                     f"gcp node {node!r}: give projects/P/zones/Z/instances/NAME, or a name with the "
@@ -174,10 +192,11 @@ class GcpPlane:
             self.project, self.zone, self.name = project, outputs.zone, node
 
     @classmethod
-    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> GcpPlane:
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> GcpPlane:
+        own = GcpOptions.parse(config)
         try:
             instances = compute_v1.InstancesClient()
-            machine_types = compute_v1.MachineTypesClient() if config.gcp_billing_api_key else None
+            machine_types = compute_v1.MachineTypesClient() if own.billing_api_key else None
         except (auth_exc.GoogleAuthError, ValueError) as exc:
             raise ControlPlaneError(f"gcp: cannot create the Compute client: {exc}") from None
         return cls(outputs, node, config, instances, machine_types)
@@ -234,7 +253,7 @@ class GcpPlane:
 
     def _skus(self) -> Iterator[Mapping[str, Any]]:
         token = ""
-        key = self.config.gcp_billing_api_key or ""
+        key = self.own.billing_api_key or ""
         for _ in range(1000):
             query = {"key": key, "currencyCode": self.config.currency, "pageSize": "5000"}
             if token:
@@ -250,7 +269,7 @@ class GcpPlane:
         raise ControlPlaneError("gcp Catalog: more than 1000 pages")
 
     def price_now(self) -> Price:
-        if not self.config.gcp_billing_api_key:
+        if not self.own.billing_api_key:
             return configured_price(self.config, reason="no Cloud Billing API key configured")
         if self.outputs.market != "spot":
             return configured_price(self.config, reason="only spot prices are read from the Catalog")

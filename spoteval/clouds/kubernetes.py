@@ -1,7 +1,7 @@
 """Kubernetes control plane (kubernetes client): the model server Deployment's pod.
 
 The cluster comes from the kubeconfig (`KUBECONFIG`, current context) or, inside a cluster, the
-service account. The plane drives the model server's Deployment: `k8s_deployment` from the config,
+service account. The plane drives the model server's Deployment: `deployment` from the options,
 a node id `NAMESPACE/NAME`, or else the one the Pulumi program declares, `{run_id}-server`, in the
 stack's `k8s.namespace` (default `spot-eval`); the stack's node id (its episode Job) names the node
 in the record.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Final
 
 from kubernetes import client as k8s
@@ -30,21 +31,44 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from spoteval.clouds import ControlPlaneError, NodeState, PlaneConfig, Price, StackOutputs, configured_price
+from spoteval.clouds.base import (
+    ControlPlaneError,
+    NodeState,
+    PlaneOptions,
+    StackOutputs,
+    configured_price,
+    provider_options,
+)
+from spoteval.price import Price
+from spoteval.providers import KUBERNETES
 
 #: The namespace the stack config's `k8s.namespace` defaults to.
 DEFAULT_NAMESPACE: Final = "spot-eval"
 
 
-def model_server_deployment(outputs: StackOutputs, node: str, config: PlaneConfig) -> tuple[str, str]:
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """The kubernetes plane's own options (the stack's `k8s` block): `namespace` and `deployment`
+    (the model server's)."""
+
+    namespace: str | None = None
+    deployment: str | None = None
+
+    @classmethod
+    def parse(cls, options: PlaneOptions) -> KubernetesOptions:
+        return provider_options(cls, options, "kubernetes", "k8s")
+
+
+def model_server_deployment(outputs: StackOutputs, node: str, config: PlaneOptions) -> tuple[str, str]:
     """(namespace, name) of the model server's Deployment.
 
-    `config.k8s_deployment` when given; else a node id of the form NAMESPACE/NAME; else the
-    Deployment the Pulumi program declares for the run, `{run_id}-server`, in `config.k8s_namespace`.
+    The options' `deployment` when given; else a node id of the form NAMESPACE/NAME; else the
+    Deployment the Pulumi program declares for the run, `{run_id}-server`, in the options' `namespace`.
     """
-    namespace = config.k8s_namespace or DEFAULT_NAMESPACE
-    if config.k8s_deployment:
-        return namespace, config.k8s_deployment
+    own = KubernetesOptions.parse(config)
+    namespace = own.namespace or DEFAULT_NAMESPACE
+    if own.deployment:
+        return namespace, own.deployment
     parts = node.removeprefix("deployment/").split("/")
     if len(parts) == 2 and all(parts):
         return parts[0], parts[1]
@@ -64,11 +88,11 @@ def _terminating(pod: Any) -> bool:
 
 class KubernetesPlane:
     provider = "kubernetes"
-    restarts_itself = True
-    can_stay_stopped = False
+    restarts_itself = KUBERNETES.restarts_itself
+    can_stay_stopped = KUBERNETES.can_stay_stopped
 
     def __init__(
-        self, outputs: StackOutputs, node: str, config: PlaneConfig, core: k8s.CoreV1Api, apps: k8s.AppsV1Api
+        self, outputs: StackOutputs, node: str, config: PlaneOptions, core: k8s.CoreV1Api, apps: k8s.AppsV1Api
     ) -> None:
         self.outputs = outputs
         self.node = node
@@ -80,7 +104,7 @@ class KubernetesPlane:
         self._stopped_uid: str | None = None
 
     @classmethod
-    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> KubernetesPlane:
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> KubernetesPlane:
         # KUBECONFIG is read now: the client library reads it once, when it is imported.
         kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
         try:

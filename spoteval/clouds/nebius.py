@@ -26,16 +26,18 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final
 
-from spoteval.clouds import (
+from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     ControlPlaneError,
     NodeState,
-    PlaneConfig,
-    Price,
+    PlaneOptions,
     StackOutputs,
+    check_option_keys,
     configured_price,
     wait_for,
 )
+from spoteval.price import Price
+from spoteval.providers import NEBIUS
 
 USER_AGENT: Final = "spot-eval/1"
 TOKEN_ENV: Final = "NEBIUS_IAM_TOKEN"
@@ -89,13 +91,14 @@ def spot_price(items: Iterable[Any], region: str, platform: str, gpus: int) -> P
 
 class NebiusPlane:
     provider = "nebius"
-    restarts_itself = False
-    can_stay_stopped = True
+    restarts_itself = NEBIUS.restarts_itself
+    can_stay_stopped = NEBIUS.can_stay_stopped
 
-    def __init__(self, outputs: StackOutputs, node: str, config: PlaneConfig, sdk: Any) -> None:
+    def __init__(self, outputs: StackOutputs, node: str, config: PlaneOptions, sdk: Any) -> None:
         from nebius.api.nebius.billing.v1alpha1 import SpotPriceServiceClient
         from nebius.api.nebius.compute.v1 import InstanceServiceClient
 
+        check_option_keys(config.own("nebius"), (), "nebius")  # the plane takes no options of its own
         self.outputs = outputs
         self.node = node
         self.config = config
@@ -104,7 +107,7 @@ class NebiusPlane:
         self.spot_prices = SpotPriceServiceClient(sdk)
 
     @classmethod
-    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> NebiusPlane:
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> NebiusPlane:
         try:
             from nebius.base.error import SDKError
             from nebius.sdk import SDK

@@ -8,8 +8,8 @@ agent's API stop (`spoteval.agent.api_stop`) and the Pulumi dynamic provider
 the pod too.
 
 - Credentials: `RUNPOD_API_KEY` (sent as `Authorization: Bearer`). Address: `RUNPOD_API_BASE_URL`
-  (as the official SDK reads it; GraphQL at `{base}/graphql`, default https://api.runpod.io) and
-  `RUNPOD_REST_URL` (network volumes, default https://rest.runpod.io/v1). Tests point both at a fake.
+  (as the official SDK reads it; GraphQL at `{base}/graphql`, default `DEFAULT_API_BASE`) and
+  `RUNPOD_REST_URL` (network volumes, default `DEFAULT_REST_URL`). Tests point both at a fake.
 - A node id is the pod id. The stack's `instance_type` output is the GPU type id (`NVIDIA L4`).
 - State: `pod { desiredStatus runtime }`: RUNNING with a runtime is running, RUNNING without one is
   still starting (pending), EXITED is stopped (how an interrupted pod is left), TERMINATED is gone.
@@ -35,19 +35,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from spoteval.clouds import (
+from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     ControlPlaneError,
     NodeState,
-    PlaneConfig,
-    Price,
+    PlaneOptions,
     StackOutputs,
+    check_option_keys,
     configured_price,
     wait_for,
 )
+from spoteval.price import Price
+from spoteval.providers import RUNPOD
 
-DEFAULT_API_BASE: Final = "https://api.runpod.io"
-DEFAULT_REST_URL: Final = "https://rest.runpod.io/v1"
+#: GraphQL base and REST API (spoteval/providers.py)
+DEFAULT_API_BASE: Final = RUNPOD.api_urls["graphql"]
+DEFAULT_REST_URL: Final = RUNPOD.api_urls["rest"]
 API_KEY_ENV: Final = "RUNPOD_API_KEY"
 API_BASE_ENV: Final = "RUNPOD_API_BASE_URL"
 REST_URL_ENV: Final = "RUNPOD_REST_URL"
@@ -351,10 +354,11 @@ def capped_bid(minimum_bid: float, max_bid: float | None) -> float:
 
 class RunpodPlane:
     provider = "runpod"
-    restarts_itself = False
-    can_stay_stopped = True
+    restarts_itself = RUNPOD.restarts_itself
+    can_stay_stopped = RUNPOD.can_stay_stopped
 
-    def __init__(self, outputs: StackOutputs, node: str, config: PlaneConfig, api: RunpodApi) -> None:
+    def __init__(self, outputs: StackOutputs, node: str, config: PlaneOptions, api: RunpodApi) -> None:
+        check_option_keys(config.own("runpod"), (), "runpod")  # the plane takes no options of its own
         self.outputs = outputs
         self.node = node
         self.config = config
@@ -365,7 +369,7 @@ class RunpodPlane:
         self.gpu_count: int | None = count if isinstance(count, int) and not isinstance(count, bool) else None
 
     @classmethod
-    def connect(cls, outputs: StackOutputs, node: str, config: PlaneConfig) -> RunpodPlane:
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> RunpodPlane:
         try:
             api = RunpodApi.from_env()
         except RunpodError as exc:

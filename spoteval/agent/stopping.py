@@ -1,0 +1,188 @@
+"""The agent's part that ends work: a notice, a stop rule, and the end of the run.
+
+`Stopping` is a part of `Agent` (spoteval/agent/loop.py), kept apart so that each file reads as one
+phase; it declares the agent's state and steps it uses.
+
+- A notice that does not stop work (a rebalance recommendation) is recorded, nothing more.
+- The first notice that stops work: the pending queue is emptied, the notice event is made durable
+  (waiting at most `NOTICE_WAIT_S`), attempts that ended just before it are judged as part of the
+  shutdown, and each attempt in flight runs on only if it should end before the deadline (see
+  `rules.runs_on`); the others are killed and recorded `interrupted`. A second notice is recorded
+  and can only bring the deadline nearer; a second SIGTERM kills everything at once.
+- A stop rule kills what runs and empties the queue; the run ends with a `stop` event and, with
+  `on_done: poweroff`, the power-off command.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from spoteval.agent import episodes as ep
+from spoteval.agent import rules, tally
+from spoteval.agent.config import AgentConfig
+from spoteval.agent.notices import Notice, Watcher
+from spoteval.agent.power import power_off
+from spoteval.agent.rules import Stop
+from spoteval.agent.uploader import Item, Uploader
+from spoteval.record import format_time
+
+NOTICE_WAIT_S: Final = 5.0  # longest wait for the notice event before killing attempts anyway
+
+
+class Stopping:
+    """Declares the agent's state (set by `Agent.__init__`) and steps (`Agent`'s methods) used here."""
+
+    config: AgentConfig
+    notice: Notice | None
+    notice_mono: float
+    deadline_mono: float
+    stop: Stop | None
+    exit_code: int
+    pending: deque[str]
+    running: dict[str, ep.Running]
+    settling: list[tuple[ep.Running, ep.Ended]]
+    durations: deque[float]
+    durable_s: list[float]
+    counts: dict[str, int]
+    watchers: dict[str, Watcher]
+    server: ep.ModelServer
+
+    log: Callable[[str], None]
+
+    @property
+    def up(self) -> Uploader:
+        raise NotImplementedError  # Agent's
+
+    def event(
+        self, kind: str, reason: str | None, details: Mapping[str, Any], when: datetime | None = None
+    ) -> Item:
+        raise NotImplementedError  # Agent's
+
+    def _wait_durable(self, item: Item, timeout: float, *, until_notice: bool = True) -> bool:
+        raise NotImplementedError  # Agent's
+
+    def _in_flight_detail(self) -> list[list[Any]]:
+        raise NotImplementedError  # Agent's
+
+    def _counts(self) -> dict[str, int]:
+        raise NotImplementedError  # Agent's
+
+    def _uptime_s(self) -> float:
+        raise NotImplementedError  # Agent's
+
+    def _cost(self) -> float | None:
+        raise NotImplementedError  # Agent's
+
+    def _pump(self, timeout: float) -> None:
+        raise NotImplementedError  # Agent's
+
+    def _finalize(self, run: ep.Running, ended: ep.Ended) -> None:
+        raise NotImplementedError  # Agent's
+
+    def _during_shutdown(self, run: ep.Running, ended: ep.Ended) -> ep.Ended:
+        raise NotImplementedError  # Agent's
+
+    # --- notices and stops ----------------------------------------------------------------------
+
+    def _on_notice(self, notice: Notice) -> None:
+        left = notice.seconds_left()
+        details = {
+            **notice.details,
+            "deadline": format_time(notice.deadline),
+            "seconds_left": round(left, 3),
+            "in_flight": self._in_flight_detail(),
+            "counts": self._counts(),
+        }
+        if not notice.stops_work:
+            self.event("notice", notice.reason, details)
+            self.log(f"notice {notice.reason}: recorded, work continues")
+            return
+        if self.notice is not None:  # a second notice: record it, and hurry if it is sooner
+            self.event("notice", notice.reason, {**details, "while_stopping": True})
+            self.deadline_mono = min(self.deadline_mono, time.monotonic() + left)
+            if notice.reason == "sigterm" and self.notice.reason == "sigterm":
+                for run in self.running.values():
+                    ep.kill(run, ep.KILL_CAPACITY)
+            self._plan_kills()
+            return
+        self.notice = notice
+        self.notice_mono = time.monotonic()
+        self.deadline_mono = self.notice_mono + left
+        self.pending.clear()
+        item = self.event("notice", notice.reason, details)
+        durable = self._wait_durable(item, min(NOTICE_WAIT_S, max(0.5, left / 3)), until_notice=False)
+        took = time.monotonic() - self.notice_mono
+        self.log(
+            f"notice {notice.reason}: {left:.1f} s left, {len(self.running)} in flight; notice event "
+            + (f"durable after {took:.3f} s" if durable else f"still spooled after {took:.3f} s")
+        )
+        for run, ended in self.settling:  # they ended within SETTLE_S before the notice
+            self._finalize(run, self._during_shutdown(run, ended))
+        self.settling.clear()
+        self._plan_kills()
+
+    def _plan_kills(self) -> None:
+        """Let an attempt run on only if it should end (median duration) before the deadline."""
+        finish_by = rules.finish_by(self.notice_mono, self.deadline_mono)
+        estimate = tally.median(self.durations)
+        for run in self.running.values():
+            if rules.runs_on(run.started_mono, estimate, finish_by):
+                run.kill_at = finish_by
+            else:
+                ep.kill(run, ep.KILL_CAPACITY)
+
+    def _begin_stop(self, stop: Stop) -> None:
+        if self.stop is not None:
+            return
+        self.stop = stop
+        self.pending.clear()
+        for run in self.running.values():
+            ep.kill(run, ep.KILL_CAPACITY)
+        if stop.reason != "done":
+            self.log(f"stop ({stop.reason}): {len(self.running)} attempt(s) ended early")
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def _summary(self) -> dict[str, Any]:
+        return tally.summary(self._counts(), self._uptime_s(), self._cost(), self.durable_s)
+
+    def _finish(self) -> int:
+        if self.notice is not None:
+            left = self.deadline_mono - time.monotonic()
+            flushed = self.up.flush(max(0.5, left - 0.5))
+            self._pump(0)
+            recorded_s = time.monotonic() - self.notice_mono
+            source = self.watchers.get(self.notice.source)
+            if source is not None:
+                try:
+                    source.acknowledge(self.notice)
+                except OSError as exc:
+                    self.log(f"acknowledging the notice failed: {exc}")
+            summary = self._summary()
+            state = f"all recorded {recorded_s:.3f} s after the notice"
+            if not flushed:
+                state = f"{self.up.outstanding} object(s) still spooled"
+            self.log(
+                f"notice handled: {self.counts['interrupted']} interrupted, {state}; "
+                f"summary {json.dumps(summary, sort_keys=True)}"
+            )
+            self.server.stop(grace_s=min(5.0, max(0.5, left - 1.0)))
+            return 0
+        stop = self.stop or Stop("done")
+        flushed = self.up.flush(self.config.flush_timeout_s)
+        self._pump(0)
+        self.server.stop()
+        details = {**stop.details, **self._summary(), "in_flight": self._in_flight_detail()}
+        if not flushed:
+            details["spooled"] = self.up.outstanding
+        self.event("stop", stop.reason, details)
+        self.up.flush(self.config.flush_timeout_s)
+        self.log(f"stop ({stop.reason}): summary {json.dumps(details, sort_keys=True)}")
+        if self.config.stop_rules.on_done == "poweroff":
+            return self.exit_code if power_off(self.config.stop_rules.poweroff_command, self.log) else 1
+        return self.exit_code

@@ -1,0 +1,233 @@
+"""What a drill is asked to do (`DrillConfig`), what it did (`DrillResult`, one `Kill` per
+preemption), and what it gives the node: the episode and model server commands, the agent's config
+(through `build_agent_config`, as every node's), and the workload the report's placement starts from."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, TypedDict
+
+from spoteval.agent.config import build_agent_config
+from spoteval.record import format_time
+
+NODE_ID: Final = "drill-node-1"
+
+
+class Place(TypedDict):
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+
+
+#: Where the drill's node is, as its agent config and the controller's `preempted` events say.
+NODE_PLACE: Final[Place] = {
+    "provider": "local",
+    "region": "local",
+    "zone": "local-a",
+    "instance_type": "standin",
+    "market": "spot",
+}
+#: The sample episode's defaults: 0.5-3 s each, 3 % failing as model failures.
+SAMPLE_SECONDS: Final = (0.5, 3.0)
+SAMPLE_FAIL_RATE: Final = 0.03
+#: Prices of the drill's node and of the options the placement compares (per node-hour).
+SPOT_PRICE: Final = 1.20
+ON_DEMAND_PRICE: Final = 3.40
+
+
+class DrillError(Exception):
+    """The drill cannot run as asked (bad option, missing tool, the agent refusing its config)."""
+
+
+@dataclass(frozen=True)
+class DrillConfig:
+    out: Path
+    store: str = "file"  # "file", "s3" (moto server on loopback), or a store URL
+    episodes: int = 320
+    concurrency: int = 8
+    lifetime_s: float = 45.0
+    notice_s: float = 2.0
+    capacity_delay_s: float = 5.0
+    seed: int = 0
+    eval_command: tuple[str, ...] | None = None
+    server_command: tuple[str, ...] | None = None
+    episode_seconds: tuple[float, float] = SAMPLE_SECONDS
+    fail_rate: float = SAMPLE_FAIL_RATE
+    max_attempts: int = 2
+    heartbeat_s: float = 5.0
+    server_startup_s: float = 0.5
+    timeout_s: float = 170.0
+    manifest: Path | None = None
+    run_id: str | None = None
+
+    def check(self) -> None:
+        for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise DrillError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+        if not math.isfinite(self.notice_s) or self.notice_s < 0:
+            raise DrillError(f"--notice-s must be >= 0, got {self.notice_s}")
+        if self.episodes < 1 and self.manifest is None:
+            raise DrillError(f"--episodes must be >= 1, got {self.episodes}")
+        if self.concurrency < 1:
+            raise DrillError(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.server_command is not None and not any("{port}" in a for a in self.server_command):
+            raise DrillError(
+                "--server-command must contain {port}: the drill chooses the model server's port"
+            )
+        if self.eval_command is not None:
+            joined = " ".join(self.eval_command)
+            for placeholder in ("{episode_id}", "{output}"):
+                if placeholder not in joined:
+                    raise DrillError(f"--eval-command must contain {placeholder}")
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One time the controller took the node away."""
+
+    incarnation: int
+    launched: datetime
+    lifetime_s: float
+    notice_at: datetime | None
+    killed_at: datetime
+    in_flight: tuple[str, ...]  # episodes running when the notice came (or at the kill, without one)
+    observed: bool  # False when episodes cannot be told apart by their command lines
+    agent_exit: int | None  # the agent's exit code, when it had exited before the kill
+    capacity_delay_s: float
+
+
+@dataclass(frozen=True)
+class DrillResult:
+    config: DrillConfig
+    run_id: str
+    store_url: str
+    store_options: Mapping[str, Any]
+    started: datetime
+    ended: datetime
+    incarnations: int
+    kills: tuple[Kill, ...]
+    finished: bool
+    episodes: int
+    results: int
+    exit_codes: tuple[int | None, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "store": self.store_url,
+            "started": format_time(self.started),
+            "ended": format_time(self.ended),
+            "seconds": (self.ended - self.started).total_seconds(),
+            "incarnations": self.incarnations,
+            "finished": self.finished,
+            "episodes": self.episodes,
+            "results": self.results,
+            "exit_codes": list(self.exit_codes),
+            "notes": list(self.notes),
+            "settings": {
+                "lifetime_s": self.config.lifetime_s,
+                "notice_s": self.config.notice_s,
+                "capacity_delay_s": self.config.capacity_delay_s,
+                "concurrency": self.config.concurrency,
+                "seed": self.config.seed,
+            },
+            "kills": [
+                {
+                    "incarnation": k.incarnation,
+                    "launched": format_time(k.launched),
+                    "lifetime_s": k.lifetime_s,
+                    "notice_at": format_time(k.notice_at) if k.notice_at else None,
+                    "killed_at": format_time(k.killed_at),
+                    "in_flight": list(k.in_flight),
+                    "observed": k.observed,
+                    "agent_exit": k.agent_exit,
+                    "capacity_delay_s": k.capacity_delay_s,
+                }
+                for k in self.kills
+            ],
+        }
+
+
+def sample_eval_command(cfg: DrillConfig) -> tuple[str, ...]:
+    low, high = cfg.episode_seconds
+    return (
+        sys.executable,
+        "-m",
+        "spoteval.sample_episode",
+        "--episode-id",
+        "{episode_id}",
+        "--model-url",
+        "{model_url}",
+        "--output",
+        "{output}",
+        "--seconds",
+        str(low),
+        "--max-seconds",
+        str(high),
+        "--fail-rate",
+        str(cfg.fail_rate),
+        "--seed",
+        str(cfg.seed),
+    )
+
+
+def standin_command(cfg: DrillConfig) -> tuple[str, ...]:
+    return (
+        sys.executable,
+        "-m",
+        "spoteval.standin",
+        "--port",
+        "{port}",
+        "--startup-delay",
+        str(cfg.server_startup_s),
+    )
+
+
+def agent_config(
+    cfg: DrillConfig, run_id: str, store_url: str, store_options: Mapping[str, Any], port: int
+) -> dict[str, Any]:
+    """The agent's config for the drill's node (the same one at every start)."""
+    node_dir = cfg.out.resolve() / "node"
+    server = [a.replace("{port}", str(port)) for a in (cfg.server_command or standin_command(cfg))]
+    return build_agent_config(
+        run_id=run_id,
+        store=store_url,
+        store_options=store_options,
+        node_id=NODE_ID,
+        **NODE_PLACE,
+        server_url=f"http://127.0.0.1:{port}",
+        server_command=server,
+        ready_timeout_s=120,
+        episodes_command=cfg.eval_command or sample_eval_command(cfg),
+        concurrency=cfg.concurrency,
+        max_attempts=cfg.max_attempts,
+        timeout_s=600,
+        price_per_hour=SPOT_PRICE,
+        currency="USD",
+        on_done="exit",
+        heartbeat_s=cfg.heartbeat_s,
+        spool_dir=str(node_dir / "spool"),
+        work_dir=str(node_dir / "work"),
+        boot_file=str(node_dir / "boot.json"),
+        sigterm_grace_s=max(cfg.notice_s, 0.1),
+    )
+
+
+def base_workload(episodes: int, capacity_delay_s: float) -> dict[str, Any]:
+    """What the record cannot know, for the placement of the next run: the options' prices, and the
+    drill's capacity delay as W in case the run had no restart to measure it."""
+    return {
+        "episodes": episodes,
+        "prices": {"spot": SPOT_PRICE, "on_demand": ON_DEMAND_PRICE},
+        "restart": {"wait_minutes": capacity_delay_s / 60.0},
+        "spot_margin": 0.10,
+    }

@@ -1,0 +1,142 @@
+"""The node's processes as the controller sees them: list them, freeze them (SIGSTOP) while it looks,
+kill them all, and tell which episodes were in flight from their command lines."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    argv: tuple[str, ...]
+
+
+def processes() -> list[Proc]:
+    """Every process the OS shows (/proc on Linux, `ps` elsewhere)."""
+    out: list[Proc] = []
+    proc = Path("/proc")
+    if proc.is_dir() and Path("/proc/self/stat").exists():
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            # the command name may hold spaces and parentheses: the fields follow the last ')'
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out.append(
+                Proc(int(entry.name), int(fields[1]), tuple(a.decode(errors="replace") for a in argv if a))
+            )
+        return out
+    text = subprocess.run(
+        ["ps", "-A", "-ww", "-o", "pid=", "-o", "ppid=", "-o", "args="],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    for line in text.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            out.append(Proc(int(parts[0]), int(parts[1]), tuple(parts[2].split()) if len(parts) > 2 else ()))
+    return out
+
+
+def descendants(root: int, table: Sequence[Proc] | None = None) -> list[Proc]:
+    """The processes below `root` (children, their children, ...)."""
+    table = processes() if table is None else table
+    children: dict[int, list[Proc]] = {}
+    for p in table:
+        children.setdefault(p.ppid, []).append(p)
+    out: list[Proc] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child.pid)
+    return out
+
+
+def _signal_all(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _freeze(root: int) -> list[int]:
+    """SIGSTOP `root` and every process below it, until no new one appears (a fork racing the freeze)."""
+    stopped: list[int] = [root]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(root, signal.SIGSTOP)
+    for _ in range(20):
+        fresh = [p.pid for p in descendants(root) if p.pid not in stopped]
+        if not fresh:
+            break
+        _signal_all(fresh, signal.SIGSTOP)
+        stopped.extend(fresh)
+    return stopped
+
+
+def _mid_fork(procs: Sequence[Proc]) -> bool:
+    """A child caught between fork and exec still shows its parent's command line."""
+    argv = {p.pid: p.argv for p in procs}
+    return any(p.ppid in argv and argv[p.ppid] == p.argv for p in procs)
+
+
+@contextlib.contextmanager
+def frozen(root: int, *, settle: bool = False) -> Iterator[list[Proc]]:
+    """Stop every process of the node (SIGSTOP) while the caller looks at it, then let them go on.
+
+    With `settle`, a freeze that caught a process between fork and exec is released and retried
+    (for a few milliseconds at most), so that the command lines it yields are the real ones.
+    """
+    for attempt in range(50):
+        stopped = _freeze(root)
+        procs = [p for p in descendants(root) if p.pid in stopped]
+        if not settle or not _mid_fork(procs) or attempt == 49:
+            break
+        _signal_all(stopped, signal.SIGCONT)
+        time.sleep(0.002)
+    try:
+        yield procs
+    finally:
+        _signal_all(stopped, signal.SIGCONT)
+
+
+def kill_node(root: int) -> None:
+    """The node is gone: freeze every process below `root`, then SIGKILL them and `root` itself."""
+    for _ in range(20):
+        with frozen(root) as procs:
+            _signal_all([p.pid for p in procs], signal.SIGKILL)
+        if not descendants(root):
+            break
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(root, signal.SIGKILL)
+
+
+def episodes_in(procs: Sequence[Proc], ids: frozenset[str]) -> set[str]:
+    """Episode ids that appear as a whole argument (or `--x=ID`) of a process's command line."""
+    found: set[str] = set()
+    for p in procs:
+        for arg in p.argv:
+            if arg in ids:
+                found.add(arg)
+            elif "=" in arg and arg.rsplit("=", 1)[1] in ids:
+                found.add(arg.rsplit("=", 1)[1])
+    return found
+
+
+def identifiable(command: Sequence[str]) -> bool:
+    """Whether episodes in flight can be told from their command lines: `{episode_id}` is a whole
+    argument (or `--name={episode_id}`) of the episode command."""
+    return any(a == "{episode_id}" or a.endswith("={episode_id}") for a in command)
