@@ -84,7 +84,8 @@ def short_hash(*parts: str, length: int = 10) -> str:
 
 def manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path | None:
     """The stack's manifest file, checked with the run record's own parser."""
-    from spoteval.record import RecordError, parse_manifest
+    from spoteval.manifest import parse_manifest
+    from spoteval.record import RecordError
 
     if settings.eval.manifest is None:
         return None

@@ -1,4 +1,5 @@
-"""The run record: event kinds, reasons, attempt outcomes, the store layout and redaction.
+"""The run record: event kinds, reasons, attempt outcomes, the store layout and redaction (the manifest's
+reader and writer: spoteval/manifest.py).
 
 This module is the contract between the node agent (which writes the record), and the scripts
 (which read it). Layout, relative to the store's root:
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Final
@@ -479,48 +480,6 @@ class Attempt:
         except (ValueError, UnicodeDecodeError) as exc:
             raise RecordError(f"attempt is not JSON: {exc}") from None
         return cls.from_json(obj, as_result=as_result)
-
-
-# --- manifest -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ManifestEntry:
-    id: str
-    params: Mapping[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, **self.params}
-
-
-def parse_manifest(text: str) -> list[ManifestEntry]:
-    """Parse manifest.jsonl; raises RecordError naming the line for a bad or repeated id."""
-    entries: list[ManifestEntry] = []
-    seen: set[str] = set()
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise RecordError(f"manifest line {n}: not JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise RecordError(f"manifest line {n}: not a JSON object")
-        try:
-            episode_id = check_id(obj.get("id"), "id")
-        except RecordError as exc:
-            raise RecordError(f"manifest line {n}: {exc}") from None
-        if episode_id in seen:
-            raise RecordError(f"manifest line {n}: id {episode_id!r} appears twice")
-        seen.add(episode_id)
-        entries.append(ManifestEntry(episode_id, {k: v for k, v in obj.items() if k != "id"}))
-    if not entries:
-        raise RecordError("manifest has no episodes")
-    return entries
-
-
-def dump_manifest(entries: Iterable[ManifestEntry]) -> bytes:
-    return "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in entries).encode()
 
 
 # --- redaction ----------------------------------------------------------------------------------

@@ -12,28 +12,10 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = ("spoteval", "components", "scripts", "benchmarks")
 MAX_LINES = 600
 MAX_SCRIPT_LINES = 200
-
-#: Modules over a limit today that other parts of the layout work own: components/ and
-#: spoteval/providers.py (the Pulumi side), and two that
-#: no part of it names yet (spoteval/record.py, scripts/plan.py). The tests of these are expected
-#: failures until those parts are merged; then they pass (strict: an unexpected pass fails) and the
-#: lists and the marks go.
-WAIVED_SIZES = frozenset(
-    {
-        "components/aws.py",
-        "components/azure.py",
-        "components/settings.py",
-        "scripts/plan.py",
-        "spoteval/providers.py",
-        "spoteval/record.py",
-    }
-)
 
 
 def project_files() -> list[Path]:
@@ -164,11 +146,4 @@ def test_no_script_imports_another() -> None:
 
 
 def test_no_module_over_600_lines_and_no_script_over_200() -> None:
-    assert {path: n for path, n in oversized().items() if path not in WAIVED_SIZES} == {}
-
-
-@pytest.mark.xfail(
-    strict=True, reason=f"other parts of the layout work split these: {', '.join(sorted(WAIVED_SIZES))}"
-)
-def test_the_modules_other_parts_split_are_within_the_limits_too() -> None:
-    assert {path: n for path, n in oversized().items() if path in WAIVED_SIZES} == {}
+    assert oversized() == {}

@@ -39,16 +39,6 @@ ADDRESSES = re.compile(
 PROVIDER_NAMES = frozenset(
     {"aws", "gcp", "azure", "k8s", "kubernetes", "nebius", "runpod", "gke", "eks", "aks", "karpenter"}
 )
-#: files owned by the node part of the layout change, which removes their facts in parallel; the
-#: mark goes once that branch is merged
-OTHERS: dict[str, str] = {
-    "spoteval/agent/aws_price.py": "node",
-    "spoteval/agent/price.py": "node",
-    "spoteval/agent/loop.py": "node",
-    "spoteval/clouds/azure.py": "node",
-    "spoteval/clouds/gcp.py": "node",
-    "spoteval/clouds/runpod.py": "node",
-}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -102,15 +92,7 @@ def _modules() -> list[str]:
     return sorted(p.relative_to(ROOT).as_posix() for p in paths if p != HOME and "__pycache__" not in p.parts)
 
 
-def _params() -> list[object]:
-    marks = {
-        name: pytest.mark.xfail(reason=f"the {owner} part removes its provider facts", strict=False)
-        for name, owner in OTHERS.items()
-    }
-    return [pytest.param(name, marks=marks[name]) if name in marks else name for name in _modules()]
-
-
-@pytest.mark.parametrize("module", _params())
+@pytest.mark.parametrize("module", _modules())
 def test_no_provider_fact_outside_providers_py(module: str) -> None:
     assert findings(ROOT / module) == []
 

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from spoteval import record
+from spoteval import manifest, record
 from spoteval.record import Attempt, Event, RecordError, RunLayout
 
 T0 = datetime(2026, 11, 30, 4, 54, 0, 123456, tzinfo=timezone.utc)
@@ -188,16 +188,16 @@ def test_unsafe_ids_are_refused(bad: str) -> None:
 
 
 def test_manifest_parse_rejects_duplicates_and_names_the_line() -> None:
-    entries = record.parse_manifest('{"id": "a", "x": 1}\n\n{"id": "b"}\n')
+    entries = manifest.parse_manifest('{"id": "a", "x": 1}\n\n{"id": "b"}\n')
     assert [e.id for e in entries] == ["a", "b"]
     assert entries[0].params == {"x": 1}
-    assert record.parse_manifest(record.dump_manifest(entries).decode()) == entries
+    assert manifest.parse_manifest(manifest.dump_manifest(entries).decode()) == entries
     with pytest.raises(RecordError, match="line 2: id 'a' appears twice"):
-        record.parse_manifest('{"id": "a"}\n{"id": "a"}\n')
+        manifest.parse_manifest('{"id": "a"}\n{"id": "a"}\n')
     with pytest.raises(RecordError, match="line 1: not JSON"):
-        record.parse_manifest("{nope\n")
+        manifest.parse_manifest("{nope\n")
     with pytest.raises(RecordError, match="no episodes"):
-        record.parse_manifest("\n")
+        manifest.parse_manifest("\n")
 
 
 def test_shared_view_of_an_event_carries_no_private_identifier() -> None:

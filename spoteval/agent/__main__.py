@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 
 from spoteval.agent.config import AgentConfig, ConfigError, load
-from spoteval.record import ManifestEntry, RecordError, RunLayout, dump_manifest, parse_manifest, utc_now
+from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
+from spoteval.record import RecordError, RunLayout, utc_now
 from spoteval.store import Store, StoreError
 
 PROG = "spot-eval-agent"

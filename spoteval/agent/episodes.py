@@ -29,7 +29,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval.agent.config import EpisodesConfig, ServerConfig, substitute
-from spoteval.record import ManifestEntry, utc_now
+from spoteval.manifest import ManifestEntry
+from spoteval.record import utc_now
 
 SETTLE_S: Final = 1.0
 _ERROR_TAIL: Final = 2000

@@ -46,14 +46,8 @@ from spoteval.agent.price import DEFAULT_CURRENCY, Price, resolve_price
 from spoteval.agent.rules import RunState, Stop, should_stop
 from spoteval.agent.stopping import NOTICE_WAIT_S, Stopping
 from spoteval.agent.uploader import ATTEMPT, EVENT, Item, Uploader
-from spoteval.record import (
-    Attempt,
-    Event,
-    ManifestEntry,
-    RunLayout,
-    format_time,
-    utc_now,
-)
+from spoteval.manifest import ManifestEntry
+from spoteval.record import Attempt, Event, RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway

@@ -49,15 +49,8 @@ from spoteval.drill.display import Display
 from spoteval.drill.node import pythonpath
 from spoteval.drill.procs import episodes_in, frozen, identifiable, kill_node
 from spoteval.loopback import LaunchError, free_port
-from spoteval.record import (
-    Event,
-    ManifestEntry,
-    RunLayout,
-    dump_manifest,
-    format_time,
-    parse_manifest,
-    utc_now,
-)
+from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
+from spoteval.record import Event, RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 _PREEMPTED_SEQ: Final = 900_000

@@ -9,14 +9,8 @@ from datetime import datetime
 from functools import partial
 from typing import Final, TypeVar
 
-from spoteval.record import (
-    Attempt,
-    Event,
-    ManifestEntry,
-    RecordError,
-    RunLayout,
-    parse_manifest,
-)
+from spoteval.manifest import ManifestEntry, parse_manifest
+from spoteval.record import Attempt, Event, RecordError, RunLayout
 from spoteval.store import Store, StoreError
 
 DEFAULT_HEARTBEAT_S: Final = 30.0
