@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
+    CapacityError,
     ControlPlaneError,
     NodeState,
     PlaneOptions,
@@ -50,6 +51,18 @@ _STATES: Final = {
 }
 #: StateReason codes of a spot instance that EC2 stopped by an interruption (only EC2 restarts it).
 _INTERRUPTED: Final = ("Server.SpotInstanceShutdown", "Server.SpotInstanceTermination")
+#: Error codes of StartInstances that mean no capacity or quota now (worth retrying later):
+#: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html (checked 2026-12-01)
+CAPACITY_CODES: Final = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "UnfulfillableCapacity",
+        "InstanceLimitExceeded",
+        "VcpuLimitExceeded",
+        "MaxSpotInstanceCountExceeded",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -149,7 +162,12 @@ class AwsPlane:
         return NodeState(
             _STATES.get(raw, "unknown"),
             raw,
-            {"state_reason": reason.get("Code"), "lifecycle": instance.get("InstanceLifecycle")},
+            {
+                "state_reason": reason.get("Code"),
+                "lifecycle": instance.get("InstanceLifecycle"),
+                # stopped by an interruption: EC2 itself starts it again when capacity returns
+                "provider_restarts": reason.get("Code") in _INTERRUPTED,
+            },
         )
 
     def address(self) -> str | None:
@@ -212,7 +230,9 @@ class AwsPlane:
                 self.ec2.start_instances(InstanceIds=[self.node])
             except (ClientError, BotoCoreError) as exc:
                 if current.details.get("state_reason") not in _INTERRUPTED:
-                    raise ControlPlaneError(f"{what}: {_error(exc)}") from None
+                    code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
+                    error = CapacityError if code in CAPACITY_CODES else ControlPlaneError
+                    raise error(f"{what}: {_error(exc)}") from None
                 # Stopped by an interruption: only EC2 restarts it, when capacity returns.
         self._wait("running", timeout_s, what)
 

@@ -27,6 +27,7 @@ from azure.mgmt.core.tools import is_valid_resource_id, parse_resource_id
 
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
+    CapacityError,
     ControlPlaneError,
     HttpGet,
     NodeState,
@@ -54,6 +55,20 @@ if TYPE_CHECKING:
     from azure.mgmt.compute import ComputeManagementClient
     from azure.mgmt.network import NetworkManagementClient
 
+#: ARM error codes of a VM start that mean no capacity (or quota) now: worth retrying later.
+#: https://learn.microsoft.com/en-us/troubleshoot/azure/virtual-machines/windows/allocation-failure and
+#: https://learn.microsoft.com/en-us/azure/azure-resource-manager/troubleshooting/error-sku-not-available
+#: (checked 2026-12-01)
+CAPACITY_CODES: Final = frozenset(
+    {
+        "AllocationFailed",
+        "ZonalAllocationFailed",
+        "OverconstrainedAllocationRequest",
+        "OverconstrainedZonalAllocationRequest",
+        "SkuNotAvailable",
+        "OperationNotAllowed",
+    }
+)
 _POWER_STATES: Final = {
     "starting": "pending",
     "running": "running",
@@ -248,7 +263,11 @@ class AzurePlane:
         try:
             self.compute.virtual_machines.begin_start(self.group, self.name).result(timeout=timeout_s)
         except AzureError as exc:
-            raise self._fail("start", exc) from None
+            failure = self._fail("start", exc)
+            error = getattr(exc, "error", None)
+            if isinstance(exc, HttpResponseError) and getattr(error, "code", None) in CAPACITY_CODES:
+                raise CapacityError(f"{failure} ({getattr(error, 'code', '')})") from None
+            raise failure from None
         self._wait("running", timeout_s, "start")
 
     def simulate_preemption(self, timeout_s: float) -> str:

@@ -47,6 +47,12 @@ class ControlPlaneError(Exception):
     """The provider refused or failed an operation; the message names the node and the operation."""
 
 
+class CapacityError(ControlPlaneError):
+    """The provider has no capacity (or quota) for the node now: worth trying again later.
+
+    The message carries the provider's own words (its error code and message)."""
+
+
 @dataclass(frozen=True)
 class NodeState:
     """A node's state: `status` is one of STATUSES, `raw` is the provider's own word for it."""

@@ -30,6 +30,7 @@ from google.cloud import compute_v1
 
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
+    CapacityError,
     ControlPlaneError,
     HttpGet,
     NodeState,
@@ -66,6 +67,16 @@ _GPU = re.compile(
     r"|(?P<b>.+?) GPU attached to Spot Preemptible VMs running in )"
 )
 _GPU_NOISE: Final = frozenset({"nvidia", "tesla", "gpu", "amd"})
+#: Operation error codes that mean no capacity (or quota) now: worth retrying later.
+#: https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
+#: (checked 2026-12-01)
+CAPACITY_CODES: Final = (
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "QUOTA_EXCEEDED",
+    "insufficientCapacity",
+    "quotaExceeded",
+)
 
 
 def gpu_tokens(name: str) -> frozenset[str]:
@@ -292,7 +303,8 @@ class GcpPlane:
             operation = call(project=self.project, zone=self.zone, instance=self.name)
             operation.result(timeout=timeout_s)  # type: ignore[no-untyped-call]
         except (gexc.GoogleAPIError, auth_exc.GoogleAuthError) as exc:
-            raise ControlPlaneError(f"{what}: {exc}") from None
+            capacity = verb == "start" and any(code in str(exc) for code in CAPACITY_CODES)
+            raise (CapacityError if capacity else ControlPlaneError)(f"{what}: {exc}") from None
         except TimeoutError:
             raise ControlPlaneError(f"{what}: the operation did not finish in {timeout_s:g} s") from None
 

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
+    CapacityError,
     ControlPlaneError,
     NodeState,
     PlaneOptions,
@@ -53,6 +54,11 @@ _STATES: Final = {
     "ERROR": "unknown",
 }
 _GPUS = re.compile(r"^(\d+)gpu-")
+#: A start refused for lack of capacity or quota: gRPC RESOURCE_EXHAUSTED on the call or in the
+#: operation's status, or these words in its message [unconfirmed: no Nebius page lists the start
+#: errors of a preemptible VM; checked 2026-12-01]
+CAPACITY_STATUS: Final = "RESOURCE_EXHAUSTED"
+CAPACITY_WORDS: Final = ("resource_exhausted", "not enough resources", "no capacity", "quota")
 
 
 def _strip_cidr(address: str) -> str:
@@ -208,9 +214,19 @@ class NebiusPlane:
             call = self.instances.stop(StopInstanceRequest(id=self.node), timeout=timeout)
         else:
             call = self.instances.start(StartInstanceRequest(id=self.node), timeout=timeout)
-        operation = self._call(what, call)
+        try:
+            operation = self._call(what, call)
+        except ControlPlaneError as exc:
+            if verb == "start" and any(w in str(exc).lower() for w in CAPACITY_WORDS):
+                raise CapacityError(str(exc)) from None
+            raise
         if operation.done() and not operation.successful():
-            raise ControlPlaneError(f"{what}: the operation failed: {operation.status()}")
+            status = operation.status()
+            code = getattr(status, "code", None)
+            text = f"{what}: the operation failed: {status}"
+            named = str(getattr(code, "name", code))
+            capacity = named == CAPACITY_STATUS or any(w in text.lower() for w in CAPACITY_WORDS)
+            raise (CapacityError if verb == "start" and capacity else ControlPlaneError)(text)
 
     def stop(self, timeout_s: float) -> None:
         what = f"nebius stop {self.node}"

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
+    CapacityError,
     ControlPlaneError,
     NodeState,
     PlaneOptions,
@@ -104,6 +105,9 @@ mutation SpotEvalPodTerminate($podId: String!) {
 """
 
 _STATES: Final = {"EXITED": "stopped", "TERMINATED": "terminated", "CREATED": "pending"}
+#: Words of a podBidResume refused for lack of GPUs on the pod's machine (worth retrying later)
+#: [unconfirmed: the GraphQL API documents no error codes; checked 2026-12-01]
+CAPACITY_WORDS: Final = ("no longer any instances available", "not enough free gpus", "no gpus available")
 
 
 class RunpodError(Exception):
@@ -474,11 +478,16 @@ class RunpodPlane:
                 bid = capped_bid(minimum, self.max_bid)
             except RunpodError as exc:
                 raise ControlPlaneError(f"{what}: {exc}") from None
-            self._call(what, self.api.bid_resume, self.node, bid, gpus)
+            try:
+                self._call(what, self.api.bid_resume, self.node, bid, gpus)
+            except ControlPlaneError as exc:
+                if any(w in str(exc).lower() for w in CAPACITY_WORDS):
+                    raise CapacityError(str(exc)) from None
+                raise
         state = wait_for(self.state, {"running"}, timeout_s=timeout_s, poll_s=self.config.poll_s, what=what)
         got = state.details.get("gpu_count")
         if isinstance(got, int) and got < gpus:
-            raise ControlPlaneError(
+            raise CapacityError(
                 f"{what}: the pod came back with {got} GPU(s) instead of {gpus} (its machine's GPUs are "
                 "taken); stop it and start it again later, or rent a new pod"
             )
