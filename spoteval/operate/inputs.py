@@ -1,0 +1,148 @@
+"""What the operator runs against: a stack's outputs, its grant, and the control plane of each node.
+
+The stack is read with `spoteval.stack` (the file `stacks/Pulumi.NAME.yaml` and `pulumi stack
+output`), or from saved outputs (`--outputs FILE.json`) and a grant file. Problems are an
+`OperateError` with one line naming the stack, file or key; nothing is started while reading.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from spoteval.clouds import ControlPlane, ControlPlaneError, PlaneConfig, StackOutputs, open_plane
+from spoteval.config_reader import DocumentError
+from spoteval.grant import Grant, GrantError
+from spoteval.stack import (
+    StackOutputError,
+    is_stack_name,
+    pulumi_stack_output,
+    read_json,
+    read_stack_document,
+    stack_file,
+    stack_settings,
+)
+
+GCP_KEY_ENV: Final = "SPOTEVAL_GCP_BILLING_API_KEY"
+
+
+class OperateError(Exception):
+    """Bad input: the message names the stack, file or key."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    outputs: StackOutputs
+    grant: Grant
+    source: str
+    configured_price: float | None = None  # the workload's price for the market (no price API)
+    provider_block: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _workload_price(settings: Mapping[str, Any], market: str) -> float | None:
+    workload = settings.get("workload")
+    prices = workload.get("prices") if isinstance(workload, Mapping) else None
+    value = prices.get(market) if isinstance(prices, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
+def _document(path: Path, what: str) -> object:
+    try:
+        return read_stack_document(path, json_first=True)
+    except DocumentError as exc:
+        raise OperateError(f"{what} {path}: {exc.reason}: {exc.first_line}") from None
+
+
+def load_grant(path: Path) -> Grant:
+    raw = _document(path, "grant file")
+    if isinstance(raw, Mapping) and len(raw) == 1:
+        raw = raw.get("spot-eval:grant", raw.get("grant", raw))
+    try:
+        return Grant.parse(raw, where=str(path))
+    except GrantError as exc:
+        raise OperateError(str(exc)) from None
+
+
+def load_inputs(
+    *, stack: str | None, outputs_file: str | None, stacks_dir: Path, grant_file: str | None
+) -> Inputs:
+    """The outputs and grant of `--stack NAME` (its file and `pulumi stack output`) or `--outputs`."""
+    settings: Mapping[str, Any] = {}
+    grant = Grant()
+    if stack is not None:
+        if not is_stack_name(stack):
+            raise OperateError(f"--stack {stack!r}: not a stack name")
+        path = stack_file(stacks_dir, stack)
+        settings = stack_settings(_document(path, "stack file"))
+        try:
+            grant = Grant.parse(settings.get("grant"), where=f"{path}: spot-eval:grant")
+            raw = pulumi_stack_output(stack, timeout_s=300)
+        except GrantError as exc:
+            raise OperateError(str(exc)) from None
+        except StackOutputError as exc:
+            lines = (exc.stderr or exc.stdout).strip().splitlines()
+            detail = {"no-cli": "the pulumi CLI is not on PATH (or pass --outputs FILE.json)"}.get(
+                exc.reason, lines[-1] if lines else str(exc)
+            )
+            raise OperateError(f"--stack {stack}: pulumi stack output: {detail}") from None
+        source = f"stack {stack}"
+        if raw == {} or raw is None:
+            raise OperateError(f"--stack {stack}: the stack has no outputs (deploy it with pulumi up first)")
+    else:
+        assert outputs_file is not None
+        try:
+            raw = read_json(Path(outputs_file))
+        except DocumentError as exc:
+            raise OperateError(f"--outputs {outputs_file}: {exc.reason}: {exc.first_line}") from None
+        source = outputs_file
+        if raw == {}:
+            raise OperateError(f"--outputs {outputs_file}: no outputs (the stack was never deployed?)")
+    if grant_file:
+        grant = load_grant(Path(grant_file))
+    try:
+        outputs = StackOutputs.parse(raw, where=source)
+    except ControlPlaneError as exc:
+        raise OperateError(str(exc)) from None
+    block = settings.get(outputs.provider)
+    return Inputs(
+        outputs,
+        grant,
+        source,
+        configured_price=_workload_price(settings, outputs.market),
+        provider_block=block if isinstance(block, Mapping) else {},
+    )
+
+
+def plane_config(inputs: Inputs, *, poll_s: float, price: float | None = None) -> PlaneConfig:
+    """The control planes' settings from the stack's provider block and the environment."""
+    block = inputs.provider_block
+
+    def text(key: str) -> str | None:
+        value = block.get(key)
+        return value if isinstance(value, str) and value else None
+
+    return PlaneConfig(
+        configured_price=price if price is not None else inputs.configured_price,
+        currency=inputs.grant.currency,
+        poll_s=poll_s,
+        gcp_billing_api_key=os.environ.get(GCP_KEY_ENV) or None,
+        gcp_project=text("project"),
+        azure_resource_group=text("resource_group"),
+        k8s_namespace=text("namespace"),
+    )
+
+
+def open_planes(inputs: Inputs, config: PlaneConfig) -> dict[str, ControlPlane]:
+    """A control plane for each node of the stack; a node the credentials cannot reach is an error."""
+    out: dict[str, ControlPlane] = {}
+    for node in inputs.outputs.node_ids:
+        try:
+            out[node] = open_plane(inputs.outputs, node, config)
+        except ControlPlaneError as exc:
+            raise OperateError(f"node {node}: {exc}") from None
+    return out

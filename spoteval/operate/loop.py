@@ -1,0 +1,278 @@
+"""The operator loop: per node, read its state and the record, decide, act, record; then wait.
+
+    op = Operator(outputs, planes, grant, store)
+    op.check_all()          # one pass over every node (what `--once` does)
+    op.run()                # passes every `timing.interval_s` until every node is done or stopped
+    op.status()             # read-only: the status of each node; never starts or stops anything
+
+Clocks and sleeps are injected (`clock`, `sleep`) so tests run without waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from spoteval.clouds import CapacityError, ControlPlane, ControlPlaneError, NodeState, Price, StackOutputs
+from spoteval.grant import Grant
+from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
+from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
+from spoteval.operate.status import DONE, STOPPED, STOPPED_BY_RULE, NodeStatus, node_events, node_status
+from spoteval.record import RunLayout, utc_now
+from spoteval.store import Store, StoreError
+
+#: Statuses after which the loop has nothing left to do for a node.
+SETTLED: Final = frozenset({DONE, STOPPED})
+
+
+@dataclass(frozen=True)
+class Line:
+    """One node's progress line: its status and what the operator did about it."""
+
+    node: str
+    status: NodeStatus
+    action: str  # what was done: "watching", "started", "stopped", "refused", "capacity", "error"
+    message: str
+
+    def text(self) -> str:
+        return f"{self.node}: {self.status.label}; {self.action}: {self.message}"
+
+
+def engine_restarts(plane: ControlPlane, state: NodeState) -> bool:
+    """Whether the provider's own engine brings this node back (then the operator only watches)."""
+    return plane.restarts_itself and bool(state.details.get("provider_restarts", True))
+
+
+class Operator:
+    def __init__(
+        self,
+        outputs: StackOutputs,
+        planes: Mapping[str, ControlPlane],
+        grant: Grant,
+        store: Store,
+        *,
+        timing: Timing | None = None,
+        start_timeout_s: float = 1800.0,
+        clock: Callable[[], datetime] = utc_now,
+        sleep: Callable[[float], None] = time.sleep,
+        say: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.outputs = outputs
+        self.planes = dict(planes)
+        self.grant = grant
+        self.store = store
+        self.timing = timing or Timing()
+        self.start_timeout_s = start_timeout_s
+        self.clock = clock
+        self.sleep = sleep
+        self.say = say
+        self.layout = RunLayout(outputs.run_id)
+        self.journal = Journal(store, outputs)
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def read(self) -> RunView:
+        return read_run(self.store, self.layout)
+
+    def _status(self, node: str, run: RunView, state: NodeState | None) -> NodeStatus:
+        return node_status(
+            node, run.events, run_done=run.done, state=state, refusals=run.refusals(), now=self.clock()
+        )
+
+    def status(self) -> list[NodeStatus]:
+        """Each node's status from its provider state and the record. Reads only."""
+        run = self.read()
+        return [self._status(node, run, plane.state()) for node, plane in self.planes.items()]
+
+    def _view(self, node: str, plane: ControlPlane, status: NodeStatus, run: RunView) -> NodeView:
+        state = status.state or NodeState("unknown", "not read")
+        events = node_events(run.events, node)
+        starts = [e.time for e in events if e.kind == "start"]
+        since = starts[-1] if starts else None
+        failures = run.notes_of(node, "capacity_error", since) + run.notes_of(node, "start_error", since)
+        last = latest(failures)
+        return NodeView(
+            status=status,
+            region=self.outputs.region,
+            instance_type=self.outputs.instance_type,
+            engine_restarts=engine_restarts(plane, state),
+            engine=plane.restarts_itself,
+            can_stay_stopped=plane.can_stay_stopped,
+            failures=len(failures),
+            last_failure=last.time if last else None,
+        )
+
+    # --- one node -----------------------------------------------------------------------------------
+
+    def check(self, node: str, run: RunView | None = None) -> Line:
+        """One check of one node: observe, decide, act, record."""
+        plane = self.planes[node]
+        run = run if run is not None else self.read()
+        try:
+            state = plane.state()
+        except ControlPlaneError as exc:
+            status = self._status(node, run, None)
+            return Line(node, status, "error", f"cannot read the node: {exc}")
+        status = self._status(node, run, state)
+        view = self._view(node, plane, status, run)
+        now = self.clock()
+        action = decide(view, self.grant, run, now=now, timing=self.timing)
+        if action.kind == READ_PRICE:
+            try:
+                price = plane.price_now()
+            except ControlPlaneError as exc:
+                return Line(node, status, "error", f"cannot read the price: {exc}")
+            action = decide(view, self.grant, run, now=self.clock(), timing=self.timing, price=price)
+        if action.kind == START:
+            return self._start(node, plane, status, view, action)
+        if action.kind == STOP:
+            return self._stop(node, plane, status, run, action)
+        if action.kind == REFUSE:
+            return self._refuse(node, status, run, action)
+        return Line(node, status, "watching", action.message)
+
+    def _start(
+        self, node: str, plane: ControlPlane, status: NodeStatus, view: NodeView, action: Action
+    ) -> Line:
+        requested = self.clock()
+        try:
+            plane.start(self.start_timeout_s)
+        except ControlPlaneError as exc:
+            capacity = isinstance(exc, CapacityError)
+            wait = self.timing.backoff_s(view.failures + 1)
+            cleanup = self._leave_stopped(plane)
+            self.journal.note(
+                Note(
+                    self.clock(),
+                    node,
+                    "capacity_error" if capacity else "start_error",
+                    "capacity" if capacity else "error",
+                    str(exc),
+                    {"attempt": view.failures + 1, "next_try_s": wait, **cleanup},
+                )
+            )
+            what = "no capacity" if capacity else "start failed"
+            return Line(
+                node, status, "capacity" if capacity else "error", f"{what}: {exc}; next try in {wait:.0f} s"
+            )
+        running = self.clock()
+        waited = (running - status.since).total_seconds() if status.since else None
+        price = action.price
+        self.journal.event(
+            running,
+            node,
+            "start",
+            "restart_after_preemption",
+            price=price,
+            details={
+                "by": "operator",
+                "requested": requested.isoformat(),
+                "start_s": round((running - requested).total_seconds(), 3),
+                "waited_s": None if waited is None else round(waited, 3),
+                "capacity_errors": view.failures,
+                "evidence": status.reason,
+                **({} if price is None else {"price": price.to_json()}),
+            },
+        )
+        cost = (
+            f"{price.per_hour:g} {price.currency}/h ({price.source})"
+            if price and price.per_hour is not None
+            else "price unknown"
+        )
+        return Line(node, status, "started", f"restart_after_preemption at {cost}")
+
+    def _leave_stopped(self, plane: ControlPlane) -> dict[str, object]:
+        """After a failed start, a node that is nonetheless up is stopped: no GPU bills while nothing runs."""
+        try:
+            state = plane.state()
+            if state.status in ("running", "pending") and plane.can_stay_stopped:
+                plane.stop(self.timing.stop_timeout_s)
+                return {"stopped_after_failed_start": state.raw}
+        except ControlPlaneError as exc:
+            return {"cleanup_error": str(exc)}
+        return {}
+
+    def _stop(self, node: str, plane: ControlPlane, status: NodeStatus, run: RunView, action: Action) -> Line:
+        reason = action.reason or "done"
+        try:
+            plane.stop(self.timing.stop_timeout_s)
+        except ControlPlaneError as exc:
+            return Line(node, status, "error", f"stopping it ({reason}) failed: {exc}")
+        stopped = self.clock()
+        events = node_events(run.events, node)
+        if events and events[-1].kind == "stop":
+            self.journal.note(Note(stopped, node, "stopped", reason, action.message))
+        else:
+            self.journal.event(
+                stopped,
+                node,
+                "stop",
+                reason,
+                price=action.price,
+                details={"by": "operator", "message": action.message},
+            )
+        return Line(node, status, "stopped", f"{reason}: {action.message}")
+
+    def _refuse(self, node: str, status: NodeStatus, run: RunView, action: Action) -> Line:
+        reason = action.reason or "grant"
+        already = status.status == STOPPED_BY_RULE and status.reason == reason
+        if not already:
+            self.journal.note(
+                Note(
+                    self.clock(),
+                    node,
+                    "refused",
+                    reason,
+                    action.message,
+                    {
+                        "hint": action.hint,
+                        **({} if action.price is None else {"price": action.price.to_json()}),
+                    },
+                )
+            )
+        hint = f" ({action.hint})" if action.hint else ""
+        return Line(node, status, "refused", f"{action.message}{hint}")
+
+    # --- every node -----------------------------------------------------------------------------------
+
+    def check_all(self) -> list[Line]:
+        run = self.read()
+        lines: list[Line] = []
+        for node in self.planes:
+            try:
+                line = self.check(node, run)
+            except StoreError as exc:
+                line = Line(node, self._status(node, run, None), "error", f"the run record: {exc}")
+            lines.append(line)
+            self.say(line.text())
+        return lines
+
+    def _settled(self, line: Line) -> bool:
+        """Nothing left to do for this node: done or stopped for good, and not left running."""
+        status = line.status
+        final = status.status in SETTLED or (status.status == STOPPED_BY_RULE and not status.retry)
+        if not final or line.action not in ("watching", "stopped"):
+            return False
+        return line.action == "stopped" or not status.running or not self.planes[line.node].can_stay_stopped
+
+    def run(self, *, max_passes: int | None = None) -> list[Line]:
+        """Check every node every `timing.interval_s` until each is done or stopped for good."""
+        passes = 0
+        while True:
+            lines = self.check_all()
+            passes += 1
+            settled = all(self._settled(line) for line in lines)
+            if settled or (max_passes is not None and passes >= max_passes):
+                return lines
+            self.sleep(self.timing.interval_s)
+
+
+def open_planes(outputs: StackOutputs, opener: Callable[[str], ControlPlane]) -> dict[str, ControlPlane]:
+    """A plane for each node of the stack (errors name the node)."""
+    return {node: opener(node) for node in outputs.node_ids}
+
+
+__all__ = ["Line", "Operator", "Price", "engine_restarts", "open_planes"]

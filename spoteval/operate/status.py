@@ -1,0 +1,181 @@
+"""What a node is doing, from the run record (and the provider's state when it was read): one status
+that the operator, `scripts.operate status` and the run report all compute with the same functions.
+
+Statuses:
+
+- `serving`: the node holds capacity (the provider says running, or the record shows it alive).
+- `starting`: the provider says the node is being started.
+- `preempted`: the provider took the node and work remains: it waits for capacity (S_wait runs).
+- `stopped_by_rule`: a stop rule stopped it (a `stop` event with a `stop_rule:*` reason), or the
+  user's grant refuses to start it again now (the operator's journal says why).
+- `stopped`: stopped by a person or a measurement (`stop` with reason `user`, `measurement`, or a
+  `done` of its own share), never started by spot-eval, or gone (terminated).
+- `done`: every episode of the run has its result.
+- `unknown`: the provider's state could not be mapped.
+
+Pure functions of their arguments: nothing here reads a clock, the store or a provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from spoteval.clouds import NodeState
+from spoteval.record import Event, format_time
+
+SERVING: Final = "serving"
+STARTING: Final = "starting"
+PREEMPTED: Final = "preempted"
+STOPPED_BY_RULE: Final = "stopped_by_rule"
+STOPPED: Final = "stopped"
+DONE: Final = "done"
+UNKNOWN: Final = "unknown"
+LABELS: Final = {
+    SERVING: "serving",
+    STARTING: "starting",
+    PREEMPTED: "preempted, waiting for capacity",
+    STOPPED_BY_RULE: "stopped by a rule",
+    STOPPED: "stopped",
+    DONE: "done",
+    UNKNOWN: "unknown",
+}
+#: A node whose record is silent this many heartbeat intervals (plus a minute) was lost.
+LOST_AFTER_HEARTBEATS: Final = 3.0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The operator's record of the grant refusing a start (its journal, see spoteval.operate.journal)."""
+
+    time: datetime
+    node: str
+    reason: str  # stop_rule:price_cap, stop_rule:budget, stop_rule:max_runtime, grant:regions, ...
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node: str
+    status: str
+    reason: str | None  # the stop reason, the refusal, or the evidence of a preemption
+    since: datetime | None  # from when the record shows this status
+    detail: str
+    state: NodeState | None = None  # the provider's state, when it was read
+    retry: bool = True  # False when only a person (or a new grant) can start it again
+
+    @property
+    def label(self) -> str:
+        text = LABELS.get(self.status, self.status)
+        return f"{text} ({self.reason})" if self.reason and self.status != PREEMPTED else text
+
+    @property
+    def running(self) -> bool:
+        return self.state is not None and self.state.status in ("running", "pending")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "status": self.status,
+            "label": self.label,
+            "reason": self.reason,
+            "since": format_time(self.since) if self.since else None,
+            "detail": self.detail,
+            "state": None if self.state is None else {"status": self.state.status, "raw": self.state.raw},
+        }
+
+
+def record_node(node_id: str) -> str:
+    """The name a node has in the run record: the last segment of a resource path (GCP, Azure ids),
+    which is what the node's agent reads from its metadata service."""
+    return node_id.rstrip("/").rsplit("/", 1)[-1] or node_id
+
+
+def node_events(events: Iterable[Event], node: str) -> list[Event]:
+    name = record_node(node)
+    return sorted((e for e in events if e.node in (node, name)), key=lambda e: e.time)
+
+
+def _taken(events: Sequence[Event]) -> Event | None:
+    """The first sign in the events that the provider took the node (a notice or `preempted`)."""
+    for e in events:
+        if e.kind == "preempted" or (e.kind == "notice" and e.reason != "rebalance_recommendation"):
+            return e
+    return None
+
+
+def node_status(
+    node: str,
+    events: Iterable[Event],
+    *,
+    run_done: bool,
+    state: NodeState | None = None,
+    refusals: Iterable[Refusal] = (),
+    now: datetime | None = None,
+    heartbeat_s: float = 30.0,
+) -> NodeStatus:
+    """The node's status from the record, and from the provider's `state` when given.
+
+    Without `state` (the report) a node whose last allocation has no stop is `preempted` when the
+    record shows a notice or a `preempted` event after its start, or silence for longer than
+    LOST_AFTER_HEARTBEATS heartbeats before `now`; else `serving`.
+    """
+    evs = node_events(events, node)
+    starts = [e for e in evs if e.kind == "start"]
+    last_start = starts[-1] if starts else None
+    since_start = [e for e in evs if last_start is None or e.time >= last_start.time]
+    stops = [e for e in since_start if e.kind == "stop"]
+    stop = stops[-1] if stops else None
+    alive = state is not None and state.status in ("running", "pending")
+
+    def make(
+        status: str, reason: str | None, since: datetime | None, detail: str, retry: bool = True
+    ) -> NodeStatus:
+        return NodeStatus(node, status, reason, since, detail, state, retry)
+
+    if run_done:
+        done_at = stop.time if stop is not None and stop.reason == "done" else None
+        return make(
+            DONE, None, done_at, "every episode has its result" + ("; still running" if alive else ""), False
+        )
+    if stop is not None and (stop.reason or "").startswith("stop_rule:"):
+        return make(
+            STOPPED_BY_RULE,
+            stop.reason,
+            stop.time,
+            "a stop rule stopped it" + ("; still running" if alive else ""),
+            False,
+        )
+    if stop is not None:
+        return make(STOPPED, stop.reason, stop.time, f"stopped ({stop.reason}); nothing restarts it", False)
+    if state is not None and state.status == "terminated":
+        return make(
+            STOPPED, "terminated", None, f"the provider says {state.raw}: it cannot be started again", False
+        )
+    if state is not None and state.running:
+        return make(SERVING, None, last_start.time if last_start else None, "running")
+    if state is not None and state.status == "pending":
+        return make(STARTING, None, None, f"the provider says {state.raw}")
+    if state is not None and state.status == "unknown":
+        return make(UNKNOWN, state.raw, None, f"the provider says {state.raw}")
+    if last_start is None:
+        if state is None:
+            return make(UNKNOWN, None, None, "no start in the record")
+        return make(STOPPED, "never started", None, "no start in the record: nothing to restart", False)
+    taken = _taken(since_start)
+    last = since_start[-1]
+    if state is None and taken is None:
+        silent = (now - last.time).total_seconds() if now is not None else 0.0
+        if silent <= LOST_AFTER_HEARTBEATS * heartbeat_s + 60:
+            return make(SERVING, None, last_start.time, "the record shows it alive")
+    evidence = f"{taken.kind}:{taken.reason}" if taken is not None else "lost"
+    since = taken.time if taken is not None else last.time
+    later = [r for r in refusals if record_node(r.node) == record_node(node) and r.time >= since]
+    if later:
+        refusal = max(later, key=lambda r: r.time)
+        return make(
+            STOPPED_BY_RULE, refusal.reason, refusal.time, f"the grant refuses a start: {refusal.message}"
+        )
+    return make(PREEMPTED, evidence, since, f"taken by the provider ({evidence}); work remains")
