@@ -9,8 +9,11 @@ The rules, per node, over its events in time order:
 - A `start` opens a *stretch* (the node holding capacity). It ends at a `stop` or `preempted` event
   of the node; a `preempted` the restart measurement forced (`details.simulated`) ends it too.
 - A second `start` with no end between closes the open stretch at the node's last event before it
-  (the end went unrecorded), except an agent's start right after the control plane's measurement
-  start (reason `measurement`), which is the agent starting on that node: the same stretch.
+  (the end went unrecorded), except an agent's start right after a control plane's start (the
+  restart measurement's, reason `measurement`, or the operator's, `details.source: operator`), which
+  is the agent starting on that node: the same stretch. A stretch the operator opened is billed from
+  its start (the provider said running), or from the machine's boot where the agent's start says
+  it booted earlier.
 - Outside any stretch: a `preempted` whose `details.launch_time` is before it (and after the last
   stretch) bills launch -> preemption, the node taken before its agent wrote a start; a `preempted`
   after a stretch that a `stop` ended following a provider's notice moves that stretch's end to the
@@ -42,6 +45,9 @@ from typing import Final
 from spoteval.providers import BILLED_FROM_BOOT
 from spoteval.record import Event, RecordError, parse_time
 
+#: The `details.source` of the operator's events (spoteval.operate): its `start` opens a stretch
+#: that the agent's own start on the restarted node then joins, as after a measurement's start.
+OPERATOR_SOURCE: Final = "operator"
 #: How a stretch ended: by one of the node's events, by the next start, or at the end of the record.
 CLOSED_BY: Final = ("stop", "preempted", "simulated_preemption", "next_start", "open", "now")
 
@@ -128,6 +134,10 @@ class _Open:
         self.opener = event
         self.opened_at = opened_at
         self.kind = "measurement" if event.kind == "start" and event.reason == "measurement" else "run"
+        #: opened by a control plane's start (a measurement, the operator): the agent's start joins it
+        self.by_plane = self.kind == "measurement" or (
+            event.kind == "start" and event.details.get("source") == OPERATOR_SOURCE
+        )
         self.events: list[Event] = [event]
         self.last_seen = event.time
         self.agent_start: datetime | None = None
@@ -171,6 +181,16 @@ class _Open:
             from_boot=start is not None,
         )
 
+    def _billed_from_agent(self) -> datetime | None:
+        """A stretch the operator opened when the provider said running: billed from there, or from
+        the machine's boot where the agent that joined it says the machine booted earlier."""
+        agent = next((e for e in self.events[1:] if e.kind == "start"), None)
+        if agent is None:
+            return None
+        ready = next((e for e in self.events if e.kind == "ready" and e.time >= agent.time), None)
+        boot = _boot_before(agent, ready)
+        return boot if boot is not None and boot < self.opened_at else None
+
     @property
     def provider(self) -> str | None:
         return next((e.provider for e in self.events if e.provider is not None), None)
@@ -179,6 +199,8 @@ class _Open:
         """Machine boot (or the agent's own count) where the record gives it, else None."""
         if self.opener.kind != "start" or self.kind != "run":
             return None
+        if self.by_plane:
+            return self._billed_from_agent()
         value = self.opener.details.get("billed_from")
         if isinstance(value, str):
             try:
@@ -191,6 +213,22 @@ class _Open:
             if isinstance(boot, int | float) and not isinstance(boot, bool) and 0 <= boot < math.inf:
                 return self.opened_at - timedelta(seconds=boot)
         return None
+
+
+def _boot_before(start: Event, ready: Event | None) -> datetime | None:
+    """When the machine an agent's `start` ran on booted, as the record says: its `billed_from`, else
+    its start minus the `ready` event's `boot_to_agent_s` on a provider billed from boot."""
+    value = start.details.get("billed_from")
+    if isinstance(value, str):
+        try:
+            return min(parse_time(value), start.time)
+        except RecordError:
+            pass
+    if start.provider in BILLED_FROM_BOOT and ready is not None:
+        boot = ready.details.get("boot_to_agent_s")
+        if isinstance(boot, int | float) and not isinstance(boot, bool) and 0 <= boot < math.inf:
+            return start.time - timedelta(seconds=boot)
+    return None
 
 
 def _launch_time(event: Event) -> datetime | None:
@@ -215,9 +253,10 @@ def node_stretches(
         if e.kind == "start":
             if (
                 current is not None
-                and current.kind == "measurement"
+                and current.by_plane
                 and current.agent_start is None
                 and e.reason != "measurement"
+                and e.details.get("source") != OPERATOR_SOURCE
             ):
                 current.agent_start = e.time  # the agent starting on the node the control plane started
                 current.take(e)

@@ -166,7 +166,7 @@ def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float
     else:
         ended_by = "running"
     agent_start = stretch.agent_start
-    if stretch.from_boot and stretch.provider in BILLED_FROM_BOOT:
+    if stretch.from_boot and stretch.provider in BILLED_FROM_BOOT and stretch.agent_start is None:
         agent_start = stretch.opened_at  # a VM is billed from machine boot, before the agent's start
     return Allocation(
         node=stretch.node,
