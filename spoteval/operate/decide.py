@@ -169,8 +169,8 @@ def decide(
             left = (next_try - now).total_seconds()
             return _wait(f"waiting for capacity: try {view.failures + 1} in {left:.0f} s", next_try)
     try:
-        grant.check_region(view.region)
-        grant.check_instance_type(view.instance_type)
+        grant.check_region(view.region, "regions")
+        grant.check_instance_type(view.instance_type, "instance_types")
     except GrantError as exc:
         return _refuse(exc, price)
     hours = _runtime_hours(run, None)  # the node is not running: its billed time ended with its record
