@@ -108,6 +108,11 @@ def test_gcp_price_above_the_cap_is_refused_once_and_says_how_to_widen_the_grant
     assert [(n["what"], n["reason"]) for n in notes] == [("refused", "stop_rule:price_cap")]
     assert "0.5 USD per hour, is above the grant's price_cap 0.4" in notes[0]["message"]
     assert record.operator_events() == []
+    clock.advance(60)  # the user widened the grant: the next check starts it
+    widened = operator(gcp_plane(api, key=None, price=0.5), record, clock, Grant(price_cap=0.6))
+    assert [line.action for line in widened.check_all()] == ["started"]
+    [start] = record.operator_events()
+    assert (start.details["evidence"], start.details["waited_s"]) == ("notice:preempted", 600.0 + 120)
 
 
 def test_gcp_budget_spent_is_not_started(gcp: tuple[Compute, FakeApi], record: Record) -> None:

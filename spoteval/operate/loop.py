@@ -21,7 +21,7 @@ from spoteval.grant import Grant
 from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
 from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
 from spoteval.operate.status import DONE, STOPPED, STOPPED_BY_RULE, NodeStatus, node_events, node_status
-from spoteval.record import RunLayout, utc_now
+from spoteval.record import RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 #: Statuses after which the loop has nothing left to do for a node.
@@ -159,7 +159,7 @@ class Operator:
                 node, status, "capacity" if capacity else "error", f"{what}: {exc}; next try in {wait:.0f} s"
             )
         running = self.clock()
-        waited = (running - status.since).total_seconds() if status.since else None
+        waited = (running - status.taken_at).total_seconds() if status.taken_at else None
         price = action.price
         self.journal.event(
             running,
@@ -169,11 +169,11 @@ class Operator:
             price=price,
             details={
                 "by": "operator",
-                "requested": requested.isoformat(),
+                "requested": format_time(requested),
                 "start_s": round((running - requested).total_seconds(), 3),
                 "waited_s": None if waited is None else round(waited, 3),
                 "capacity_errors": view.failures,
-                "evidence": status.reason,
+                "evidence": status.evidence,
                 **({} if price is None else {"price": price.to_json()}),
             },
         )

@@ -19,7 +19,7 @@ Pure functions of their arguments: nothing here reads a clock, the store or a pr
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -65,6 +65,8 @@ class NodeStatus:
     detail: str
     state: NodeState | None = None  # the provider's state, when it was read
     retry: bool = True  # False when only a person (or a new grant) can start it again
+    taken_at: datetime | None = None  # when the record shows the provider took it (preempted, refused)
+    evidence: str | None = None  # how: `notice:<reason>`, `preempted:provider` or `lost`
 
     @property
     def label(self) -> str:
@@ -83,6 +85,7 @@ class NodeStatus:
             "reason": self.reason,
             "since": format_time(self.since) if self.since else None,
             "detail": self.detail,
+            "taken_at": format_time(self.taken_at) if self.taken_at else None,
             "state": None if self.state is None else {"status": self.state.status, "raw": self.state.raw},
         }
 
@@ -175,7 +178,9 @@ def node_status(
     later = [r for r in refusals if record_node(r.node) == record_node(node) and r.time >= since]
     if later:
         refusal = max(later, key=lambda r: r.time)
-        return make(
+        status = make(
             STOPPED_BY_RULE, refusal.reason, refusal.time, f"the grant refuses a start: {refusal.message}"
         )
-    return make(PREEMPTED, evidence, since, f"taken by the provider ({evidence}); work remains")
+    else:
+        status = make(PREEMPTED, evidence, since, f"taken by the provider ({evidence}); work remains")
+    return replace(status, taken_at=since, evidence=evidence)
