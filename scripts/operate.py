@@ -7,8 +7,9 @@
 Without `--once` it checks every node every `--interval` seconds until each is done or stopped for
 good (one progress line per node and check); with `--once` it checks once (for cron or a scheduler).
 `status` answers from the stack's outputs, each node's provider state and the run record, and
-starts nothing. Exit codes: 0 checked (or answered), 2 bad input (a stack without outputs,
-credentials that cannot read a node: nothing is started), 130 interrupted.
+starts nothing. Exit codes: 0 checked (or answered), 1 stopped because the grant refuses a start
+that only a wider grant allows (budget, max runtime, region, instance type), 2 bad input (a stack
+without outputs, credentials that cannot read a node: nothing is started), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from spoteval.config_reader import DocumentError
 from spoteval.grant import GrantError
 from spoteval.operate import Operator, Timing
 from spoteval.operate.inputs import OperateError, load_inputs, open_planes, plane_config
+from spoteval.operate.loop import blocked
 from spoteval.record import RecordError
 from spoteval.store import Store, StoreError
 
@@ -114,8 +116,15 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.once:
         operator.check_all()
-    else:
-        operator.run()
+        return 0
+    lines = operator.run()
+    refused = [line.node for line in lines if blocked(line)]
+    if refused:
+        print(
+            f"{PROG}: the grant refuses to start {', '.join(refused)}: widen it and run again",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

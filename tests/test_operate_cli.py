@@ -181,3 +181,21 @@ def test_an_aws_node_the_credentials_cannot_find_is_exit_2(
     err = capsys.readouterr().err
     assert err.startswith("operate: node i-0123456789abcdef0: cannot read its state: aws describe_instances")
     assert "InvalidInstanceID" in err and err.count("\n") == 1
+
+
+def test_the_loop_ends_with_exit_1_when_only_a_wider_grant_would_start_the_node(
+    runpod: FakeRunpod, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record, outputs = _taken_pod(runpod, tmp_path)  # 20 min at 0.5 per hour spent
+    grant = tmp_path / "grant.yaml"
+    grant.write_text("budget: 0.01\n")
+    assert main(["--outputs", outputs, "--grant", str(grant), "--interval", "0.01", "--poll", "0.01"]) == 1
+    captured = capsys.readouterr()
+    checks = [line for line in captured.out.splitlines() if "pod1:" in line]
+    assert [line.split("] ", 1)[1].split(";")[0] for line in checks] == [
+        "pod1: preempted, waiting for capacity",
+        "pod1: stopped by a rule (stop_rule:budget)",
+    ]
+    assert captured.err == "operate: the grant refuses to start pod1: widen it and run again\n"
+    assert [(n["what"], n["reason"]) for n in record.notes()] == [("refused", "stop_rule:budget")]
+    assert runpod.variables("SpotEvalPodBidResume") == []

@@ -251,8 +251,11 @@ class Operator:
         return lines
 
     def _settled(self, line: Line) -> bool:
-        """Nothing left to do for this node: done or stopped for good, and not left running."""
+        """Nothing left to do for this node: done or stopped for good, and not left running; or the
+        grant refuses its start for a reason this process cannot see change (all but the price)."""
         status = line.status
+        if blocked(line):
+            return True
         final = status.status in SETTLED or (status.status == STOPPED_BY_RULE and not status.retry)
         if not final or line.action not in ("watching", "stopped"):
             return False
@@ -270,9 +273,16 @@ class Operator:
             self.sleep(self.timing.interval_s)
 
 
-def open_planes(outputs: StackOutputs, opener: Callable[[str], ControlPlane]) -> dict[str, ControlPlane]:
-    """A plane for each node of the stack (errors name the node)."""
-    return {node: opener(node) for node in outputs.node_ids}
+def blocked(line: Line) -> bool:
+    """The grant refuses this node's start for a reason only a wider grant lifts (budget, max
+    runtime, region, instance type): waiting cannot help. A price above the cap may fall."""
+    status = line.status
+    return (
+        line.action == "refused"
+        and status.status == STOPPED_BY_RULE
+        and status.retry
+        and status.reason not in (None, "stop_rule:price_cap")
+    )
 
 
-__all__ = ["Line", "Operator", "Price", "engine_restarts", "open_planes"]
+__all__ = ["Line", "Operator", "Price", "blocked", "engine_restarts"]
