@@ -421,3 +421,37 @@ def test_aws_node_the_engine_restarted_above_the_cap_is_stopped(
     assert plane.state().stopped
     [stop] = record.operator_events()
     assert (stop.kind, stop.reason) == ("stop", "stop_rule:price_cap")
+
+
+class _Broken:
+    """A plane whose SDK fails in a way no plane module wrapped."""
+
+    provider = "gcp"
+    node = "broken-1"
+    restarts_itself = False
+    can_stay_stopped = True
+
+    def state(self) -> Any:
+        raise RuntimeError("socket closed")
+
+
+def test_one_node_failing_unexpectedly_leaves_the_others_operated(
+    gcp: tuple[Compute, FakeApi], record: Record
+) -> None:
+    state, api = gcp
+    _taken_gcp(state, record)
+    good = gcp_plane(api, key=None, price=0.5)
+    op = Operator(
+        good.outputs,
+        {"broken-1": _Broken(), good.node: good},  # type: ignore[dict-item]
+        Grant(),
+        record.store,
+        timing=TIMING,
+        start_timeout_s=5,
+        clock=Clock(),
+    )
+    lines = op.check_all()
+    assert [(line.node, line.action, line.message) for line in lines] == [
+        ("broken-1", "error", "unexpected RuntimeError: socket closed"),
+        (good.node, "started", "restart_after_preemption at 0.5 USD/h (configured)"),
+    ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final
 
@@ -20,7 +20,15 @@ from spoteval.clouds import CapacityError, ControlPlane, ControlPlaneError, Node
 from spoteval.grant import Grant
 from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
 from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
-from spoteval.operate.status import DONE, STOPPED, STOPPED_BY_RULE, NodeStatus, node_events, node_status
+from spoteval.operate.status import (
+    DONE,
+    STOPPED,
+    STOPPED_BY_RULE,
+    UNKNOWN,
+    NodeStatus,
+    node_events,
+    node_status,
+)
 from spoteval.record import RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
@@ -239,13 +247,26 @@ class Operator:
     # --- every node -----------------------------------------------------------------------------------
 
     def check_all(self) -> list[Line]:
-        run = self.read()
+        """One check of every node. A problem with one node (or the store) is that node's line: the
+        loop goes on, so one bad answer never leaves the other nodes unwatched."""
         lines: list[Line] = []
+        try:
+            run = self.read()
+        except StoreError as exc:
+            unknown = NodeStatus("", UNKNOWN, None, None, "the run record cannot be read")
+            for node in self.planes:
+                lines.append(Line(node, replace(unknown, node=node), "error", f"the run record: {exc}"))
+                self.say(lines[-1].text())
+            return lines
         for node in self.planes:
             try:
                 line = self.check(node, run)
             except StoreError as exc:
                 line = Line(node, self._status(node, run, None), "error", f"the run record: {exc}")
+            except Exception as exc:  # an SDK error no plane wrapped: report it, keep operating
+                line = Line(
+                    node, self._status(node, run, None), "error", f"unexpected {type(exc).__name__}: {exc}"
+                )
             lines.append(line)
             self.say(line.text())
         return lines
