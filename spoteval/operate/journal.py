@@ -121,29 +121,28 @@ def _read_json_objects(store: Store, keys: Sequence[str]) -> list[tuple[str, byt
         return list(zip(keys, pool.map(store.get, keys), strict=True))
 
 
-def read_run(store: Store, layout: RunLayout) -> RunView:
-    """Events, the operator's notes, and how many episodes of the manifest have no result yet."""
+def read_run(store: Store, layout: RunLayout, cache: dict[str, object] | None = None) -> RunView:
+    """Events, the operator's notes, and how many episodes of the manifest have no result yet.
+
+    Objects of the record are written once (create-only), so a `cache` kept between checks maps each
+    key already read to what it held, and only new keys are fetched."""
+    seen: dict[str, object] = {} if cache is None else cache
     problems: list[str] = []
     events: list[Event] = []
-    for key, data in _read_json_objects(store, store.list(layout.events_prefix)):
-        if data is None:
-            continue
-        try:
-            event, _ = Event.loads(data)
-        except RecordError as exc:
-            problems.append(f"{key}: {exc}")
-            continue
-        events.append(event)
     notes: list[Note] = []
-    for key, data in _read_json_objects(store, store.list(journal_prefix(layout))):
-        try:
-            note = Note.from_json(json.loads(data)) if data is not None else None
-        except ValueError:
-            note = None
-        if note is None:
-            problems.append(f"{key}: not an operator note")
-        else:
-            notes.append(note)
+    keys = store.list(layout.events_prefix) + store.list(journal_prefix(layout))
+    fresh = [k for k in keys if k not in seen]
+    for key, data in _read_json_objects(store, fresh):
+        if data is not None:
+            seen[key] = _parse(key, data, layout)
+    for key in keys:
+        item = seen.get(key)
+        if isinstance(item, Event):
+            events.append(item)
+        elif isinstance(item, Note):
+            notes.append(item)
+        elif isinstance(item, str):
+            problems.append(item)
     episodes = missing = None
     manifest = store.get(layout.manifest)
     if manifest is not None:
@@ -159,6 +158,20 @@ def read_run(store: Store, layout: RunLayout) -> RunView:
     events.sort(key=lambda e: e.time)
     notes.sort(key=lambda n: n.time)
     return RunView(tuple(events), tuple(notes), episodes, missing, tuple(problems))
+
+
+def _parse(key: str, data: bytes, layout: RunLayout) -> Event | Note | str:
+    """An event or a note, or the problem with it (a string)."""
+    if key.startswith(layout.events_prefix):
+        try:
+            return Event.loads(data)[0]
+        except RecordError as exc:
+            return f"{key}: {exc}"
+    try:
+        note = Note.from_json(json.loads(data))
+    except ValueError:
+        note = None
+    return note if note is not None else f"{key}: not an operator note"
 
 
 class Journal:

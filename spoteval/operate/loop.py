@@ -79,11 +79,12 @@ class Operator:
         self.say = say
         self.layout = RunLayout(outputs.run_id)
         self.journal = Journal(store, outputs)
+        self._cache: dict[str, object] = {}  # record objects already read (they never change)
 
     # --- reading ----------------------------------------------------------------------------------
 
     def read(self) -> RunView:
-        return read_run(self.store, self.layout)
+        return read_run(self.store, self.layout, self._cache)
 
     def _status(self, node: str, run: RunView, state: NodeState | None) -> NodeStatus:
         return node_status(
