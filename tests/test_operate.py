@@ -391,12 +391,13 @@ def test_aws_spot_instance_stopped_by_an_interruption_is_started_and_then_stoppe
     assert start.price_per_hour == pytest.approx(0.00001)  # moto's spot price history
     record.store.put(record.layout.result("e2"), b"{}")  # the run finishes
     clock.advance(60)
+    assert [(line.status.status, line.action) for line in op.check_all()] == [(DONE, "watching")]
+    record.event(31, node, "stop", "done", incarnation="inc-2")  # the agent stopped, the VM still runs
+    clock.advance(60)
     assert [(line.status.status, line.action) for line in op.check_all()] == [(DONE, "stopped")]
     assert plane.state().stopped
-    assert [(e.kind, e.reason) for e in record.operator_events()] == [
-        ("start", "restart_after_preemption"),
-        ("stop", "done"),
-    ]
+    assert [(e.kind, e.reason) for e in record.operator_events()] == [("start", "restart_after_preemption")]
+    assert [(n["what"], n["reason"]) for n in record.notes()] == [("stopped", "done")]
 
 
 def test_aws_serving_node_under_the_cap_is_watched(moto_ec2: servers.Server, record: Record) -> None:

@@ -192,3 +192,24 @@ def test_the_records_node_name_is_the_last_segment_of_a_resource_path() -> None:
         node_status("projects/p/zones/z/instances/gpu-1", full, run_done=False, state=STOPPED_STATE).status
         == PREEMPTED
     )
+
+
+def test_a_finished_runs_node_is_stopped_once_its_agent_stopped_or_fell_silent() -> None:
+    events = (ev(0, "start", "initial"), ev(59, "heartbeat"))
+    grace = Timing(done_grace_s=120)
+
+    def done_view(evs: tuple[Event, ...]) -> NodeView:
+        status = node_status("n1", evs, run_done=True, state=RUNNING_STATE)
+        return NodeView(status=status, region="r", instance_type="t", engine_restarts=False)
+
+    finishing = decide(done_view(events), Grant(), run(*events, missing=0), now=NOW, timing=grace)
+    assert (finishing.kind, finishing.message) == (
+        WAIT,
+        "the run is done; its agent is finishing (silent 60 s)",
+    )
+    silent = decide(
+        done_view(events), Grant(), run(*events, missing=0), now=NOW + timedelta(seconds=60), timing=grace
+    )
+    assert (silent.kind, silent.reason) == (STOP, "done")
+    stopped = (*events, ev(59.5, "stop", "done"))
+    assert act(done_view(stopped), Grant(), run(*stopped, missing=0)) == (STOP, "done")

@@ -7,7 +7,8 @@ clock, the store or a provider.
 
 Order of the rules:
 
-1. The run is done: a node still running is stopped (`done`); else nothing.
+1. The run is done: a node still running is stopped (`done`) once its agent recorded its stop, or
+   after `done_grace_s` without a word from it; else nothing.
 2. A stop rule stopped the node, but it runs: stopped again (its rule); stopped by a person or a
    measurement, never started, or gone: nothing (only a person starts it).
 3. The node holds capacity: stopped when the budget is spent (`stop_rule:budget`), the run's node
@@ -22,6 +23,7 @@ Order of the rules:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
@@ -64,6 +66,9 @@ class Timing:
     backoff_first_s: float = 60.0
     backoff_max_s: float = 900.0
     stop_timeout_s: float = 900.0
+    #: A running node of a finished run is stopped once its agent recorded its stop, or after this
+    #: long without a word from it (an agent left idle, a node that did not power off).
+    done_grace_s: float = 120.0
 
     @property
     def start_hours(self) -> float:
@@ -148,9 +153,12 @@ def decide(
     status = view.status
     running = status.running
     if status.status == DONE:
-        if running and view.can_stay_stopped:
+        if not running or not view.can_stay_stopped:
+            return _wait("the run is done")
+        silent = (now - status.last_seen).total_seconds() if status.last_seen else math.inf
+        if status.stopped_itself or silent >= timing.done_grace_s:
             return Action(STOP, "done", "the run is done", price)
-        return _wait("the run is done")
+        return _wait(f"the run is done; its agent is finishing (silent {silent:.0f} s)")
     if status.status == STOPPED_BY_RULE and not status.retry:
         if running and view.can_stay_stopped:
             return Action(STOP, status.reason, f"{status.reason} stopped it, but it runs", price)

@@ -67,6 +67,8 @@ class NodeStatus:
     retry: bool = True  # False when only a person (or a new grant) can start it again
     taken_at: datetime | None = None  # when the record shows the provider took it (preempted, refused)
     evidence: str | None = None  # how: `notice:<reason>`, `preempted:provider` or `lost`
+    last_seen: datetime | None = None  # the node's last event in the record
+    stopped_itself: bool = False  # the record has a `stop` of the node after its last start
 
     @property
     def label(self) -> str:
@@ -136,7 +138,18 @@ def node_status(
     def make(
         status: str, reason: str | None, since: datetime | None, detail: str, retry: bool = True
     ) -> NodeStatus:
-        return NodeStatus(node, status, reason, since, detail, state, retry)
+        last_seen = evs[-1].time if evs else None
+        return NodeStatus(
+            node,
+            status,
+            reason,
+            since,
+            detail,
+            state,
+            retry,
+            last_seen=last_seen,
+            stopped_itself=stop is not None,
+        )
 
     if run_done:
         done_at = stop.time if stop is not None and stop.reason == "done" else None
