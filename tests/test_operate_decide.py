@@ -213,3 +213,10 @@ def test_a_finished_runs_node_is_stopped_once_its_agent_stopped_or_fell_silent()
     assert (silent.kind, silent.reason) == (STOP, "done")
     stopped = (*events, ev(59.5, "stop", "done"))
     assert act(done_view(stopped), Grant(), run(*stopped, missing=0)) == (STOP, "done")
+
+
+def test_a_node_taken_while_it_booted_is_restarted_like_any_other() -> None:
+    booting = (ev(5, "preempted", "provider", price=None),)  # the provider's event; no agent start yet
+    v = view(booting, STOPPED_STATE)
+    assert (v.status.status, v.status.reason) == (PREEMPTED, "preempted:provider")
+    assert act(v, Grant(), run(*booting), Price(1.0, "USD", "api")) == (START, "restart_after_preemption")

@@ -176,16 +176,20 @@ def node_status(
         return make(STARTING, None, None, f"the provider says {state.raw}")
     if state is not None and state.status == "unknown":
         return make(UNKNOWN, state.raw, None, f"the provider says {state.raw}")
-    if last_start is None:
+    if last_start is None and not any(e.kind == "preempted" for e in evs):
+        # (a node the provider took while it booted, before its agent wrote a start, has the
+        # provider's `preempted` event: it was started, and is restarted like any other)
         if state is None:
             return make(UNKNOWN, None, None, "no start in the record")
         return make(STOPPED, "never started", None, "no start in the record: nothing to restart", False)
+    if not since_start:
+        return make(UNKNOWN, None, None, "nothing in the record")
     taken = _taken(since_start)
     last = since_start[-1]
     if state is None and taken is None:
         silent = (now - last.time).total_seconds() if now is not None else 0.0
         if silent <= LOST_AFTER_HEARTBEATS * heartbeat_s + 60:
-            return make(SERVING, None, last_start.time, "the record shows it alive")
+            return make(SERVING, None, last_start.time if last_start else None, "the record shows it alive")
     evidence = f"{taken.kind}:{taken.reason}" if taken is not None else "lost"
     since = taken.time if taken is not None else last.time
     later = [r for r in refusals if record_node(r.node) == record_node(node) and r.time >= since]
