@@ -77,7 +77,8 @@ def stack_config(stacks_dir: Path, stack: str) -> tuple[Path, Mapping[str, Any]]
     return path, stack_settings(_load_mapping(path, "stack file"))
 
 
-def _workload_price(config: Mapping[str, Any], market: str) -> float | None:
+def workload_price(config: Mapping[str, Any], market: str) -> float | None:
+    """The stack's `workload.prices` for the market (the price where no API gives one)."""
     workload = config.get("workload")
     prices = workload.get("prices") if isinstance(workload, Mapping) else None
     value = prices.get(market) if isinstance(prices, Mapping) else None
@@ -120,6 +121,6 @@ def load_inputs(
         parsed,
         allowed,
         source,
-        configured_price=_workload_price(config, parsed.market),
+        configured_price=workload_price(config, parsed.market),
         provider_block=block if isinstance(block, Mapping) else {},
     )

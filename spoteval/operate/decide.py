@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
+from spoteval.billing import spend
 from spoteval.clouds import Price
-from spoteval.grant import Grant, GrantError, Refusal, spend
+from spoteval.grant import Grant, GrantError, Refusal
 from spoteval.operate.journal import RunView
 from spoteval.operate.status import (
     DONE,

@@ -13,9 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from spoteval.clouds import ControlPlane, ControlPlaneError, PlaneConfig, StackOutputs, open_plane
+from spoteval.clouds import (
+    ControlPlane,
+    ControlPlaneError,
+    PlaneConfig,
+    PlaneOptions,
+    StackOutputs,
+    open_plane,
+)
 from spoteval.config_reader import DocumentError
 from spoteval.grant import Grant, GrantError
+from spoteval.measure import inputs as measure_inputs
+from spoteval.measure.inputs import workload_price
+from spoteval.measure.phases import MeasureError
 from spoteval.stack import (
     StackOutputError,
     is_stack_name,
@@ -42,15 +52,6 @@ class Inputs:
     provider_block: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _workload_price(settings: Mapping[str, Any], market: str) -> float | None:
-    workload = settings.get("workload")
-    prices = workload.get("prices") if isinstance(workload, Mapping) else None
-    value = prices.get(market) if isinstance(prices, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return None
-    return float(value)
-
-
 def _document(path: Path, what: str) -> object:
     try:
         return read_stack_document(path, json_first=True)
@@ -59,12 +60,9 @@ def _document(path: Path, what: str) -> object:
 
 
 def load_grant(path: Path) -> Grant:
-    raw = _document(path, "grant file")
-    if isinstance(raw, Mapping) and len(raw) == 1:
-        raw = raw.get("spot-eval:grant", raw.get("grant", raw))
     try:
-        return Grant.parse(raw, where=str(path))
-    except GrantError as exc:
+        return measure_inputs.load_grant(path)
+    except MeasureError as exc:
         raise OperateError(str(exc)) from None
 
 
@@ -113,12 +111,12 @@ def load_inputs(
         outputs,
         grant,
         source,
-        configured_price=_workload_price(settings, outputs.market),
+        configured_price=workload_price(settings, outputs.market),
         provider_block=block if isinstance(block, Mapping) else {},
     )
 
 
-def plane_config(inputs: Inputs, *, poll_s: float, price: float | None = None) -> PlaneConfig:
+def plane_config(inputs: Inputs, *, poll_s: float, price: float | None = None) -> PlaneOptions:
     """The control planes' settings from the stack's provider block and the environment."""
     block = inputs.provider_block
 
@@ -137,7 +135,7 @@ def plane_config(inputs: Inputs, *, poll_s: float, price: float | None = None) -
     )
 
 
-def open_planes(inputs: Inputs, config: PlaneConfig) -> dict[str, ControlPlane]:
+def open_planes(inputs: Inputs, config: PlaneOptions) -> dict[str, ControlPlane]:
     """A control plane for each node of the stack; a node the credentials cannot reach is an error."""
     out: dict[str, ControlPlane] = {}
     for node in inputs.outputs.node_ids:
