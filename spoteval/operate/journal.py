@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval.clouds import Price, StackOutputs
+from spoteval.manifest import parse_manifest
 from spoteval.operate.status import Refusal, record_node
 from spoteval.record import (
     Event,
@@ -37,7 +38,6 @@ from spoteval.record import (
     RunLayout,
     format_time,
     node_segment,
-    parse_manifest,
     parse_time,
 )
 from spoteval.store import Store, StoreError
