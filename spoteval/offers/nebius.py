@@ -21,7 +21,7 @@ from spoteval.offers.prices import Clock, Offer, OfferPrice, PriceUnavailable, R
 CALL_TIMEOUT_S: Final = 30.0
 ON_DEMAND_REASON: Final = (
     "Nebius has no public on-demand price API (billing.v1alpha1.CalculatorService.Estimate needs a "
-    "signed-in project): give the on-demand price in the workload to compare it"
+    "signed-in project): not read, so not ranked"
 )
 
 
@@ -37,7 +37,10 @@ def _default_sdk() -> Any:
         return SDK(credentials=token, user_agent_prefix=USER_AGENT)
     from nebius.aio.cli_config import Config
 
-    return SDK(config_reader=Config(), user_agent_prefix=USER_AGENT)
+    try:
+        return SDK(config_reader=Config(), user_agent_prefix=USER_AGENT)
+    except Exception as exc:  # the SDK's config reader raises its own types: say what is missing
+        raise PriceUnavailable(f"no credentials ({TOKEN_ENV}, or a Nebius CLI profile): {exc}") from None
 
 
 class NebiusPrices:
@@ -49,8 +52,9 @@ class NebiusPrices:
         from nebius.api.nebius.billing.v1alpha1 import ListSpotPricesRequest, SpotPriceServiceClient
         from nebius.base.error import SDKError
 
+        sdk = self.sdk()
         try:
-            client = SpotPriceServiceClient(self.sdk())
+            client = SpotPriceServiceClient(sdk)
             items: list[Any] = []
             token = ""
             for _ in range(100):
@@ -70,7 +74,10 @@ class NebiusPrices:
         spot = [o for o in offers if o.market == "spot"]
         if not spot:
             return out
-        items = self._items()
+        try:
+            items = self._items()
+        except PriceUnavailable as exc:
+            return {**out, **{o: f"nebius price API unavailable: {exc}" for o in spot}}
         read_at = clock()
         for offer in spot:
             platform = offer.instance_type.split("/", 1)[0]
