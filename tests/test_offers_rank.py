@@ -3,8 +3,10 @@ computed here independently; grant filtering; tau and S per offer; one provider 
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ from spoteval.grant import Grant
 from spoteval.offers.evidence import Measured, from_run
 from spoteval.offers.prices import Offer, OfferPrice, Reading
 from spoteval.offers.rank import Candidate, RankedOffer, rank_offers, stack_candidates
-from spoteval.placement import Workload, parse_workload
+from spoteval.placement import PlacementError, Workload, parse_workload
 from spoteval.record import Event
 from spoteval.report import RunRecord
 
@@ -239,3 +241,59 @@ def test_a_run_record_is_measured_per_provider_region_and_instance_type() -> Non
     b = measured[("aws", "us-east-1", "g5.xlarge")]
     assert b.detail == "run r1: 1 allocations of 1 node(s), 0 preemptions"
     assert b.wait_hours is None
+
+
+def test_a_trace_for_one_offer_gives_its_tau_and_waits_and_is_replayed(tmp_path: Path) -> None:
+    from spoteval.offers.build import offers_ranking, parse_offer_trace, stack_offers
+
+    # 10-minute ticks: up 2 h, down 30 min, up 1 h, down 10 min, up 3 h (censored)
+    ticks = [0] * 12 + [1] * 3 + [0] * 6 + [1] + [0] * 18
+    trace = tmp_path / "g5.json"
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ticks}))
+    stack = stack_offers(
+        "aws-us-east-1",
+        {
+            "provider": "aws",
+            "region": "us-east-1",
+            "node": {"instance_type": "g6.xlarge", "gpu_count": 1},
+            "grant": {
+                "price_cap": 2.0,
+                "regions": ["us-east-1"],
+                "instance_types": ["g6.xlarge", "g5.xlarge"],
+            },
+            "workload": RAW,
+        },
+    )
+
+    class Fixed:
+        def read(self, offers: Any, clock: Any) -> dict[Offer, Reading]:
+            return {o: price(PRICES[(o.instance_type, o.market)]) for o in offers}
+
+    ranking = offers_ranking(
+        [stack],
+        None,
+        readers={"aws": Fixed()},
+        traces=[parse_offer_trace(f"aws:us-east-1:g5.xlarge={trace}")],
+        runs=200,
+    )
+    by = {f"{r.offer.instance_type}/{r.offer.market}": r for r in ranking.offers}
+    g5 = by["g5.xlarge/spot"]
+    assert g5.evidence is not None and g5.workload is not None
+    assert (g5.evidence.tau_source, g5.evidence.wait_source, g5.evidence.boot_source) == (
+        "trace",
+        "trace",
+        "workload",
+    )
+    assert g5.evidence.trace == str(trace)
+    assert g5.workload.lifetime_hours == pytest.approx((2 + 1 + 3) / 2)  # 6 h up, 2 preemptions
+    assert g5.workload.wait_hours == pytest.approx((0.5 + 1 / 6) / 2)
+    assert by["g6.xlarge/spot"].evidence is not None and by["g6.xlarge/spot"].evidence.marked
+    with pytest.raises(PlacementError, match=r"aws:us-east-1:g4dn\.xlarge is not an offer of the stacks"):
+        offers_ranking(
+            [stack],
+            None,
+            readers={"aws": Fixed()},
+            traces=[parse_offer_trace(f"aws:us-east-1:g4dn.xlarge={trace}")],
+        )
+    with pytest.raises(PlacementError, match="expected PROVIDER:REGION:INSTANCE_TYPE=FILE"):
+        parse_offer_trace("aws:us-east-1=x.json")

@@ -186,6 +186,10 @@ def offers_ranking(
             markets=stack.markets,
         )
     unique = list({c.offer: c for c in candidates}.values())
+    known = {(c.offer.provider, c.offer.region, c.offer.instance_type) for c in unique}
+    for key, path in traces:
+        if key not in known:
+            raise PlacementError("--offer-trace", f"{':'.join(key)} is not an offer of the stacks ({path})")
     measured: dict[str, Mapping[OfferKey, Measured]] = {
         "trace": {key: from_trace(path) for key, path in traces}
     }
