@@ -21,7 +21,8 @@ from spoteval.grant import Grant, GrantError
 from spoteval.offers.evidence import Measured, OfferKey, from_trace
 from spoteval.offers.prices import MARKETS, Clock, PriceReader, read_prices, utc_now
 from spoteval.offers.rank import CONCURRENCY_PER, Candidate, Ranking, rank_offers, stack_candidates
-from spoteval.placement import PlacementError, Workload, parse_workload
+from spoteval.placement import PlacementError, Workload, load_yaml, parse_workload
+from spoteval.stack import is_stack_name, stack_file, stack_settings
 
 #: markets a stack of each provider may declare (the Runpod stack is spot only); the rest: both
 STACK_MARKETS: Final[Mapping[str, tuple[str, ...]]] = {"runpod": ("spot",)}
@@ -87,22 +88,12 @@ def stack_offers(name: str, settings: Mapping[str, Any]) -> StackOffers:
 
 def read_stack(name: str, stacks_dir: Path) -> StackOffers:
     """`stacks_dir/Pulumi.NAME.yaml` as offers (the file is only read)."""
-    import yaml
-
-    if not name or "/" in name or "\\" in name or name.startswith("."):
+    if not is_stack_name(name):
         raise PlacementError("--stack", f"not a stack name: {name!r}")
-    path = stacks_dir / f"Pulumi.{name}.yaml"
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlacementError("--stack", f"stack {name!r} not found: no {path}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise PlacementError(str(path), f"cannot read the stack file: {err}") from None
-    config = doc.get("config") if isinstance(doc, Mapping) else None
-    if not isinstance(config, Mapping):
-        raise PlacementError(f"{path}: config", "missing: not a stack file")
-    settings = {k.removeprefix("spot-eval:"): v for k, v in config.items() if str(k).startswith("spot-eval:")}
-    return stack_offers(name, settings)
+    path = stack_file(stacks_dir, name)
+    if not path.is_file():
+        raise PlacementError("--stack", f"stack {name!r} not found: no {path}")
+    return stack_offers(name, stack_settings(load_yaml(path, "stack file")))
 
 
 def default_readers(

@@ -3,7 +3,7 @@
 The run record (`--from-run`) is split by the (provider, region, instance type) its nodes' `start`
 events name, and each part analysed by the report's own code (`spoteval.report.analyse`,
 `workload_from_run`): tau and its interval, the capacity wait W and the restart overhead B measured
-on that kind of node. A trace given for an offer (`spoteval.lifetime.read_trace`) gives tau, its
+on that kind of node. A trace given for an offer (`spoteval.placement.lifetime.read_trace`) gives tau, its
 interval and the capacity waits W (a trace has no boots: B stays the workload's), and its lifetimes
 are replayed in the offer's simulation. Whatever neither gives comes from the workload; an offer
 whose tau comes from the workload is marked, since nothing was measured for it.
@@ -103,8 +103,8 @@ def _source(measured: Measured | None) -> str:
 
 
 def from_trace(path: str) -> Measured:
-    """tau, its interval and the capacity waits of a spot trace (`spoteval.lifetime.read_trace`)."""
-    from spoteval.lifetime import read_trace
+    """tau, its interval and the capacity waits of a spot trace (`spoteval.placement.lifetime.read_trace`)."""
+    from spoteval.placement.lifetime import read_trace
 
     runs = read_trace(path)
     estimate = runs.estimate()

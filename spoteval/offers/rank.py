@@ -3,7 +3,8 @@
 For every offer (provider x region x instance type x market) with a price read now, the workload is
 restated for that offer and put through the placement's own code: the closed form
 (`spoteval.placement.place`) for cost and wall time, and for spot offers the Monte-Carlo
-(`decide`) for the probability of meeting the deadline, replaying the offer's trace when it has one.
+(`spoteval.placement.decide`) for the probability of meeting the deadline, replaying the offer's
+trace when it has one.
 What changes per offer:
 
 - the price per node-hour (spot offers: the spot price; on-demand offers: the on-demand price);
@@ -23,7 +24,6 @@ time. The first eligible offer is the answer; with none, there is nowhere to run
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -34,7 +34,7 @@ from spoteval.grant import Grant, GrantError
 from spoteval.offers.evidence import Evidence, Measured, OfferKey, resolve
 from spoteval.offers.instances import gpus_of
 from spoteval.offers.prices import MARKETS, Offer, OfferPrice, Reading
-from spoteval.placement import OptionResult, Prices, Workload, place
+from spoteval.placement import OptionResult, Prices, Workload, decide, place
 
 CONCURRENCY_PER: Final = ("node", "gpu")
 
@@ -175,13 +175,8 @@ def offer_workload(
 def _decide_spot(
     workload: Workload, trace: str | None, runs: int, seed: int
 ) -> tuple[OptionResult, list[str]]:
-    """The spot option as the placement decides it (closed form + simulated deadline chance).
-
-    Adapter: `decide` lives in scripts/placement.py until the layout moves it into the library.
-    """
-    from scripts.placement import decide
-
-    decided = decide(argparse.Namespace(trace=trace, waits=None, runs=runs, seed=seed), workload)
+    """The spot option as the placement decides it (closed form + simulated deadline chance)."""
+    decided = decide(workload, runs=runs, seed=seed, trace=trace)
     return decided.placement.options["spot"], list(decided.warnings)
 
 
