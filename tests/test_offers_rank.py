@@ -116,6 +116,20 @@ def test_offers_rank_by_the_closed_form_with_c_per_gpu_and_spot_weighed_by_the_m
     assert last.why_not == "its price 4.60 per node-hour is above the grant's price_cap 2.00"
 
 
+def test_the_workload_states_concurrency_per_gpu() -> None:
+    w = workload(concurrency_per="gpu")
+    assert w.concurrency_per == "gpu" and w.to_json()["concurrency_per"] == "gpu"
+    cands = aws(w)
+    ranking = rank_offers(cands, readings(cands), runs=200)
+    by = {f"{r.offer.instance_type}/{r.offer.market}": r for r in ranking.offers}
+    assert by["g6.12xlarge/spot"].workload is not None and by["g6.12xlarge/spot"].workload.concurrency == 32
+    assert by["g6.xlarge/spot"].workload is not None and by["g6.xlarge/spot"].workload.concurrency == 8
+    with pytest.raises(
+        PlacementError, match=r"workload\.concurrency_per: must be one of node, gpu, got 'pod'"
+    ):
+        workload(concurrency_per="pod")
+
+
 def test_per_node_concurrency_keeps_c_and_the_four_gpu_node_costs_more_per_episode() -> None:
     cands = aws(workload())
     ranking = rank_offers(cands, readings(cands), concurrency_per="node", runs=200)

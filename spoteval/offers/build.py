@@ -20,8 +20,8 @@ from typing import Any, Final
 from spoteval.grant import Grant, GrantError
 from spoteval.offers.evidence import Measured, OfferKey, from_trace
 from spoteval.offers.prices import MARKETS, Clock, PriceReader, read_prices, utc_now
-from spoteval.offers.rank import CONCURRENCY_PER, Candidate, Ranking, rank_offers, stack_candidates
-from spoteval.placement import PlacementError, Workload, load_yaml, parse_workload
+from spoteval.offers.rank import Candidate, Ranking, rank_offers, stack_candidates
+from spoteval.placement import CONCURRENCY_PER, PlacementError, Workload, load_yaml, parse_workload
 from spoteval.stack import is_stack_name, stack_file, stack_settings
 
 #: markets a stack of each provider may declare (the Runpod stack is spot only); the rest: both
@@ -147,7 +147,7 @@ def offers_ranking(
     readers: Mapping[str, PriceReader],
     traces: Sequence[tuple[OfferKey, str]] = (),
     run: Mapping[OfferKey, Measured] | None = None,
-    concurrency_per: str = "node",
+    concurrency_per: str | None = None,
     runs: int = 2000,
     seed: int = 1,
     clock: Clock = utc_now,
@@ -157,7 +157,7 @@ def offers_ranking(
         raise PlacementError(
             "--offers", "needs at least one --stack NAME (the stacks name the grant's offers)"
         )
-    if concurrency_per not in CONCURRENCY_PER:
+    if concurrency_per is not None and concurrency_per not in CONCURRENCY_PER:
         raise PlacementError("--concurrency-per", f"must be one of {', '.join(CONCURRENCY_PER)}")
     candidates: list[Candidate] = []
     for stack in stacks:

@@ -3,7 +3,7 @@
     --offers                       rank every offer of the stacks' grants, prices read now
     --stack NAME (repeatable)      the stacks whose provider, region, instance type and grant name offers
     --offer-trace P:REGION:TYPE=FILE   a spot trace for one offer (tau and capacity waits), repeatable
-    --concurrency-per {node,gpu}   the workload's `concurrency` per node (default) or per GPU
+    --concurrency-per {node,gpu}   count `concurrency` per node or per GPU (default: the workload's)
     --from-run RUN --store URL     tau and S measured per provider, region and instance type
     --json / --plot FILE.png / --runs N / --seed S   as for the decision
 
@@ -19,9 +19,8 @@ from pathlib import Path
 
 from spoteval.offers.build import default_readers, offers_ranking, parse_offer_trace, read_stack
 from spoteval.offers.evidence import Measured, OfferKey, from_run
-from spoteval.offers.rank import CONCURRENCY_PER
 from spoteval.offers.render import plot, text_lines
-from spoteval.placement import PlacementError
+from spoteval.placement import CONCURRENCY_PER, PlacementError
 
 EXIT_OK, EXIT_NONE = 0, 3
 
@@ -43,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--concurrency-per",
         choices=CONCURRENCY_PER,
-        default="node",
-        help="the workload's concurrency is per node or per GPU (default: %(default)s)",
+        help="count the workload's concurrency per node or per GPU for every offer "
+        "(default: the workload's concurrency_per, node when it has none)",
     )
 
 

@@ -9,7 +9,8 @@ What changes per offer:
 
 - the price per node-hour (spot offers: the spot price; on-demand offers: the on-demand price);
 - C, the episodes in flight on one node: the workload's `concurrency` when it is per node, or
-  `concurrency` x the offer's GPUs when it is per GPU (`concurrency_per: gpu`), so an 8-GPU node is
+  `concurrency` x the offer's GPUs when it is per GPU (the workload's `concurrency_per: gpu`, or
+  `concurrency_per` given here for every offer), so an 8-GPU node is
   compared with a 1-GPU node for the same work, and the price per episode says which is cheaper;
 - tau, W and B: from the run record, a trace for that offer, or the workload
   (`spoteval.offers.evidence`); an offer ranked with the workload's tau is marked.
@@ -28,15 +29,13 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from spoteval.grant import Grant, GrantError
 from spoteval.offers.evidence import Evidence, Measured, OfferKey, resolve
 from spoteval.offers.instances import gpus_of
 from spoteval.offers.prices import MARKETS, Offer, OfferPrice, Reading
-from spoteval.placement import OptionResult, Prices, Workload, decide, place
-
-CONCURRENCY_PER: Final = ("node", "gpu")
+from spoteval.placement import CONCURRENCY_PER, OptionResult, Prices, Workload, decide, place
 
 
 @dataclass(frozen=True)
@@ -147,9 +146,18 @@ class Ranking:
 
 
 def offer_workload(
-    base: Workload, offer: Offer, price: float, evidence: Evidence, *, grant: Grant, concurrency_per: str
+    base: Workload,
+    offer: Offer,
+    price: float,
+    evidence: Evidence,
+    *,
+    grant: Grant,
+    concurrency_per: str | None = None,
 ) -> Workload:
-    """The workload restated for one offer: its price, C for its GPUs, its tau, W and B, the grant."""
+    """The workload restated for one offer: its price, C for its GPUs, its tau, W and B, the grant.
+
+    `concurrency_per` overrides the workload's own (None: the workload's)."""
+    concurrency_per = concurrency_per or base.concurrency_per
     if concurrency_per not in CONCURRENCY_PER:
         raise ValueError(
             f"concurrency_per must be one of {', '.join(CONCURRENCY_PER)}, got {concurrency_per!r}"
@@ -163,6 +171,7 @@ def offer_workload(
     return dataclasses.replace(
         base,
         concurrency=concurrency,
+        concurrency_per=concurrency_per,
         lifetime_hours=evidence.lifetime_hours,
         lifetime_interval_hours=evidence.lifetime_interval_hours,
         wait_hours=evidence.wait_hours,
@@ -214,18 +223,21 @@ def rank_offers(
     readings: Mapping[Offer, Reading],
     *,
     measured: Mapping[str, Mapping[OfferKey, Measured]] | None = None,
-    concurrency_per: str = "node",
+    concurrency_per: str | None = None,
     runs: int = 2000,
     seed: int = 1,
 ) -> Ranking:
-    """Rank every candidate (see the module docstring). Reads nothing and starts nothing."""
+    """Rank every candidate (see the module docstring). Reads nothing and starts nothing.
+
+    `concurrency_per` ("node" or "gpu") overrides every workload's own `concurrency_per`."""
     out: list[RankedOffer] = []
     for candidate in candidates:
         offer = candidate.offer
         reading = readings.get(offer)
         price = reading if isinstance(reading, OfferPrice) else None
-        problems = _scope_problems(candidate, reading, concurrency_per)
-        if price is None or (concurrency_per == "gpu" and offer.gpus is None):
+        per = concurrency_per or candidate.workload.concurrency_per
+        problems = _scope_problems(candidate, reading, per)
+        if price is None or (per == "gpu" and offer.gpus is None):
             out.append(RankedOffer(candidate, price, False, "; ".join(problems)))
             continue
         key = (offer.provider, offer.region, offer.instance_type)
@@ -236,7 +248,7 @@ def rank_offers(
             price.per_hour,
             evidence,
             grant=candidate.grant,
-            concurrency_per=concurrency_per,
+            concurrency_per=per,
         )
         warnings: list[str] = []
         if offer.market == "spot":
