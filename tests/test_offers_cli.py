@@ -154,3 +154,48 @@ def test_bad_input_is_one_line_and_exit_2(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_from_run_gives_tau_and_s_per_instance_type(
+    price_world: PriceApis, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from spoteval.record import RunLayout
+    from spoteval.store import Store
+    from tests.test_offers_rank import _event
+
+    url = f"file://{tmp_path}/record"
+    store, layout = Store(url), RunLayout("r1")
+    events = [
+        _event(0, "a", "start", "g5.xlarge", "initial"),
+        _event(1800, "a", "preempted", "g5.xlarge", "provider"),
+        _event(3000, "a", "start", "g5.xlarge", "restart_after_preemption"),
+        _event(4800, "a", "preempted", "g5.xlarge", "provider"),
+    ]
+    for seq, event in enumerate(events):
+        assert store.put_new(layout.event(event.time, event.node, seq), event.dumps())
+    argv = [
+        "--offers",
+        "--stack",
+        "aws-us-east-1",
+        "--from-run",
+        "r1",
+        "--store",
+        url,
+        "--runs",
+        "200",
+        "--json",
+    ]
+    assert cli.main(argv) == 0
+    by = {(o["offer"]["instance_type"], o["offer"]["market"]): o for o in json.loads(capsys.readouterr().out)}
+    g5 = by[("g5.xlarge", "spot")]
+    assert (g5["evidence"]["tau_source"], g5["evidence"]["wait_source"]) == ("run", "run")
+    assert g5["evidence"]["detail"] == "run r1: 2 allocations of 1 node(s), 2 preemptions"
+    assert g5["inputs"]["lifetime_hours"] == pytest.approx(0.5)
+    assert g5["inputs"]["wait_hours"] == pytest.approx(1200 / 3600)
+    assert by[("g6.xlarge", "spot")]["evidence"]["tau_source"] == "workload"
+    assert by[("g6.xlarge", "spot")]["evidence"]["tau_assumed"] is True
+    assert cli.main(["--offers", "--stack", "aws-us-east-1", "--from-run", "r1"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "error: --from-run: needs --store URL, the store that holds the run record\n"
+    )
