@@ -20,7 +20,6 @@ HEADERS = (
     "C",
     "price/h",
     "price is",
-    "read",
     "tau h",
     "exp. cost",
     "per episode",
@@ -34,7 +33,6 @@ def _row(r: RankedOffer) -> list[str]:
     o, p, w, opt, ev = r.offer, r.price, r.workload, r.option, r.evidence
     price = f"{p.per_hour:.5g} {p.currency}" if p else "-"
     kind = f"{'history' if p.kind == 'spot_history' else p.kind}/{p.zone or p.scope}" if p else "-"
-    read = p.read_at.strftime("%H:%M:%SZ") if p else "-"
     tau = "-"
     if ev is not None and o.market == "spot":
         tau = f"{ev.lifetime_hours:.3g} {_TAU_MARK.get(ev.tau_source, ev.tau_source)}"
@@ -49,13 +47,25 @@ def _row(r: RankedOffer) -> list[str]:
         str(w.concurrency) if w else "-",
         price,
         kind,
-        read,
         tau,
         money(opt.expected_cost) if opt else "-",
         f"{per_episode:.3g}" if per_episode is not None and math.isfinite(per_episode) else "-",
         f"{opt.wall_hours:.2f}" if opt and math.isfinite(opt.wall_hours) else "-",
         "-" if opt is None or opt.p_deadline is None else f"{opt.p_deadline:.2f}",
     ]
+
+
+def _read_times(ranking: Ranking) -> str:
+    """When each provider's prices were read (UTC), from first to last."""
+    times: dict[str, list[str]] = {}
+    for r in ranking.offers:
+        if r.price is not None:
+            times.setdefault(r.offer.provider, []).append(r.price.read_at.strftime("%Y-%m-%d %H:%M:%SZ"))
+    parts = []
+    for provider, stamps in times.items():
+        first, last = min(stamps), max(stamps)
+        parts.append(f"{provider} {first}" + (f" to {last[11:]}" if last != first else ""))
+    return ", ".join(parts) or "none"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
@@ -78,9 +88,10 @@ def text_lines(ranking: Ranking, source: str) -> list[str]:
     out += table(HEADERS, [_row(r) for r in ranking.offers], left=4)
     out.append("")
     out.append(
-        "  price is: spot price history (newest entry, per zone) or the current list price, per zone, "
-        "region or global; read: when it was read (UTC)."
+        "  price is: the newest entry of a spot price history (per zone) or the current list price "
+        "(per region, or global)."
     )
+    out.append(f"  prices read: {_read_times(ranking)}.")
     out.append(
         "  tau h: from the run record (run), a trace (trace), or the workload (wl*: nothing was "
         "measured for this offer)."
@@ -121,6 +132,7 @@ def plot(path: Path, ranking: Ranking) -> None:
     matplotlib.use("Agg")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     points = [
         r
@@ -133,29 +145,38 @@ def plot(path: Path, ranking: Ranking) -> None:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     markers = {"spot": "o", "on_demand": "s"}
+    providers = list(dict.fromkeys(r.offer.provider for r in points))
+    colours = {p: f"C{i}" for i, p in enumerate(providers)}
     for r in points:
         assert r.option is not None
         x, y = r.option.wall_hours, r.option.expected_cost
-        face = "tab:blue" if r.eligible else "none"
-        ax.scatter([x], [y], marker=markers[r.offer.market], facecolors=face, edgecolors="tab:blue", s=50)
-        rank = f"#{r.rank} " if r.rank else ""
-        label = f"{rank}{r.offer.provider} {r.offer.instance_type} {r.offer.market}"
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        colour = colours[r.offer.provider]
+        face = colour if r.eligible else "none"
+        ax.scatter([x], [y], marker=markers[r.offer.market], facecolors=face, edgecolors=colour, s=50)
+        if r.rank is not None:
+            ax.annotate(f"#{r.rank}", (x, y), textcoords="offset points", xytext=(5, 3), fontsize=7)
+    for provider, colour in colours.items():
+        ax.scatter([], [], marker="o", facecolors=colour, edgecolors=colour, label=provider)
+    ax.scatter([], [], marker="o", facecolors="none", edgecolors="grey", label="spot (hollow: not eligible)")
+    ax.scatter([], [], marker="s", facecolors="none", edgecolors="grey", label="on-demand")
     workloads = [r.workload for r in points if r.workload is not None]
-    deadline = workloads[0].deadline_hours if workloads else None
-    if deadline is not None:
+    deadlines = {w.deadline_hours for w in workloads if w.deadline_hours is not None}
+    if len(deadlines) == 1:
+        deadline = deadlines.pop()
         ax.axvline(deadline, color="red", lw=0.8, ls="--", label=f"deadline {deadline:g} h")
     budgets = {r.candidate.grant.budget for r in points if r.candidate.grant.budget is not None}
     if len(budgets) == 1:
         ax.axhline(budgets.pop(), color="grey", lw=0.8, ls=":", label="grant budget")
-    ax.scatter([], [], marker="o", facecolors="tab:blue", edgecolors="tab:blue", label="spot, eligible")
-    ax.scatter([], [], marker="s", facecolors="none", edgecolors="tab:blue", label="on-demand, not eligible")
     if points:
         ax.set_xscale("log")
         ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
     ax.set_xlabel("expected wall time (hours)")
     ax.set_ylabel("expected cost")
-    ax.set_title("Offers: expected cost against wall time (filled: eligible)")
+    ax.set_title("Offers: expected cost against wall time (#: rank among the eligible)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
