@@ -5,8 +5,8 @@
 
 A stack gives its provider, region, zone, instance type, GPU count, grant and (unless a workload
 file is given for all of them) the workload its offers are ranked under. The markets of an offer are
-those the provider's stacks may declare (a Runpod stack is spot only). Nothing is started: only
-prices are read, by the readers.
+those the provider's stacks may declare (`spoteval.providers`: a Runpod stack is spot only).
+Nothing is started: only prices are read, by the readers.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from spoteval.offers.evidence import Measured, OfferKey, from_trace
 from spoteval.offers.prices import MARKETS, Clock, PriceReader, read_prices, utc_now
 from spoteval.offers.rank import Candidate, Ranking, rank_offers, stack_candidates
 from spoteval.placement import CONCURRENCY_PER, PlacementError, Workload, load_yaml, parse_workload
+from spoteval.providers import facts
 from spoteval.stack import is_stack_name, stack_file, stack_settings
 
-#: markets a stack of each provider may declare (the Runpod stack is spot only); the rest: both
-STACK_MARKETS: Final[Mapping[str, tuple[str, ...]]] = {"runpod": ("spot",)}
 #: where the GCP Catalog and Azure Retail Prices are asked (a test points them at a loopback fake;
 #: AWS endpoints come from boto3's own `AWS_ENDPOINT_URL_*`, Runpod's from `RUNPOD_API_BASE_URL`)
 GCP_CATALOG_ENV: Final = "SPOTEVAL_GCP_CATALOG_URL"
@@ -48,7 +47,11 @@ class StackOffers:
 
     @property
     def markets(self) -> tuple[str, ...]:
-        return STACK_MARKETS.get(self.provider, MARKETS)
+        """The markets this provider's stacks may declare (spoteval/providers.py; Runpod: spot only)."""
+        try:
+            return tuple(m for m in facts(self.provider).markets if m in MARKETS)
+        except KeyError:
+            return MARKETS
 
 
 def stack_offers(name: str, settings: Mapping[str, Any]) -> StackOffers:
@@ -100,13 +103,13 @@ def default_readers(
     stacks: Sequence[StackOffers], env: Mapping[str, str] | None = None
 ) -> dict[str, PriceReader]:
     """One reader per provider of the stacks, set up from the environment and the stacks' grants."""
-    from spoteval.clouds.azure import PRICES_URL
     from spoteval.clouds.gcp import CATALOG_URL
     from spoteval.offers.aws import AwsPrices
     from spoteval.offers.azure import AzurePrices
     from spoteval.offers.gcp import KEY_ENV, GcpPrices
     from spoteval.offers.nebius import NebiusPrices
     from spoteval.offers.runpod import RunpodPrices
+    from spoteval.price import AZURE_PRICES_URL
 
     env = os.environ if env is None else env
     currency = {s.provider: s.grant.currency for s in stacks}
@@ -122,7 +125,7 @@ def default_readers(
                 catalog_url=env.get(GCP_CATALOG_ENV) or CATALOG_URL,
             )
         elif provider == "azure":
-            url = env.get(AZURE_PRICES_ENV) or PRICES_URL
+            url = env.get(AZURE_PRICES_ENV) or AZURE_PRICES_URL
             readers["azure"] = AzurePrices(currency=currency["azure"], prices_url=url)
         elif provider == "runpod":
             readers["runpod"] = RunpodPrices()
