@@ -466,10 +466,12 @@ def _workload(raw: Mapping[str, Any], node: NodeSettings, ev: EvalSettings, gran
         workload = parse_workload(raw, where="workload")
     except PlacementError as exc:
         raise SettingsError(exc.key, exc.problem) from None
-    if workload.concurrency != ev.concurrency:
+    per_gpu = workload.concurrency_per == "gpu"
+    if workload.concurrency * (node.gpu_count if per_gpu else 1) != ev.concurrency:
+        per = f" per GPU x {node.gpu_count} GPUs" if per_gpu else ""
         raise SettingsError(
             "workload.concurrency",
-            f"{workload.concurrency} differs from eval.concurrency {ev.concurrency}: "
+            f"{workload.concurrency}{per} differs from eval.concurrency {ev.concurrency}: "
             "the placement would describe another run",
         )
     for key in ("price_cap", "budget"):

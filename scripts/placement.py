@@ -3,6 +3,7 @@
     python -m scripts.placement [WORKLOAD.yaml] [--stack NAME] [--stacks-dir DIR] [--json]
                                 [--plot FILE.png] [--trace FILE] [--runs N] [--seed S]
                                 [--waits {fixed,exponential,trace}]
+    python -m scripts.placement --offers --stack NAME [--stack NAME ...] [...]   (spoteval.offers.command)
 
 The workload comes from a YAML file, from the `spot-eval:workload` block of
 `stacks/Pulumi.NAME.yaml` (`--stack NAME`), or, with neither, from the built-in example. The
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spoteval import placement, report
+from spoteval.offers import command as offers
 from spoteval.placement import (
     DEFAULT_RUNS,
     DEFAULT_SEED,
@@ -89,7 +91,9 @@ def load_workload(args: argparse.Namespace) -> LoadedWorkload:
     if args.workload is not None:
         loaded = placement.load_workload_file(Path(args.workload))
     elif args.stack is not None:
-        loaded = placement.load_stack_workload(args.stack, Path(args.stacks_dir))
+        if len(args.stack) > 1:
+            raise PlacementError("--stack", "one stack names the workload (several only with --offers)")
+        loaded = placement.load_stack_workload(args.stack[0], Path(args.stacks_dir))
     else:
         loaded = placement.example_workload()
     for hook in INPUT_HOOKS:
@@ -126,7 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("workload", nargs="?", help="workload YAML file (default: the built-in example)")
     source.add_argument(
-        "--stack", metavar="NAME", help=f"read the {STACK_WORKLOAD_KEY} block of Pulumi.NAME.yaml"
+        "--stack",
+        action="append",
+        metavar="NAME",
+        help=f"read the {STACK_WORKLOAD_KEY} block of Pulumi.NAME.yaml (with --offers: repeatable)",
     )
     parser.add_argument(
         "--stacks-dir",
@@ -149,10 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for hook in INPUT_HOOKS:
         hook.add_arguments(parser)
+    offers.add_arguments(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.offers:
+        return offers.run(args, Path(args.stacks_dir))
     loaded = load_workload(args)
     workload = parse_workload(loaded.raw, where=loaded.where)
     d = placement.decide(workload, runs=args.runs, seed=args.seed, trace=args.trace, waits=args.waits)

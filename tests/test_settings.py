@@ -219,6 +219,11 @@ def test_workload_is_checked_by_the_placement_parser_and_tied_to_the_stack() -> 
     rejects("aws-us-east-1", "workload.restart.boot_minutes", workload__restart__boot_minutes=None)
     rejects("aws-us-east-1", "workload.episodes", workload__episodes=0)
     rejects("aws-us-east-1", "workload.concurrency", workload__concurrency=16)
+    # concurrency per GPU: eval.concurrency (per node) is it times the node's GPUs
+    per_gpu = {"workload__concurrency_per": "gpu", "workload__concurrency": 8, "node__gpu_count": 4}
+    assert parse_with("aws-us-east-1", **per_gpu).workload is not None
+    message = rejects("aws-us-east-1", "workload.concurrency", **{**per_gpu, "node__gpu_count": 2})
+    assert message.startswith("workload.concurrency: 8 per GPU x 2 GPUs differs from eval.concurrency 32")
     rejects("aws-us-east-1", "workload.grant.budget", workload__grant__budget=500)
     assert parse_with("aws-us-east-1", workload=None).workload is None
 

@@ -47,6 +47,7 @@ from spoteval.placement.model import (
 )
 from spoteval.placement.simulate import DEFAULT_RUNS, DEFAULT_SEED
 from spoteval.placement.workload import (
+    CONCURRENCY_PER,
     EXAMPLE_WORKLOAD,
     EXAMPLE_WORKLOAD_YAML,
     OPTIONS,
@@ -60,6 +61,7 @@ from spoteval.placement.workload import (
 )
 
 __all__ = [
+    "CONCURRENCY_PER",
     "DEFAULT_RUNS",
     "DEFAULT_SEED",
     "EXAMPLE_WORKLOAD",

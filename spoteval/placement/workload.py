@@ -17,6 +17,9 @@ from spoteval.grant import Grant, GrantError
 
 #: The options in the order they are reported; ties in cost go to the earlier one.
 OPTIONS: Final = ("spot", "on_demand", "non_preemptible")
+#: What `concurrency` counts episodes in flight on: one node (whatever its GPUs), or one GPU (a node
+#: with g GPUs runs g x concurrency; `spoteval.offers` compares instance types with it)
+CONCURRENCY_PER: Final = ("node", "gpu")
 
 #: The built-in example workload, as a user would write it.
 EXAMPLE_WORKLOAD_YAML: Final = """\
@@ -57,6 +60,7 @@ WORKLOAD_KEYS: Final = frozenset(
         "episode_minutes",
         "episode_minutes_samples",
         "concurrency",
+        "concurrency_per",
         "lifetime_hours",
         "lifetime_interval_hours",
         "restart",
@@ -118,6 +122,8 @@ class Workload:
     episode_samples_hours: tuple[float, ...] = ()
     #: a confidence interval for `lifetime_hours`, when the user knows one (shown on the plot)
     lifetime_interval_hours: tuple[float, float] | None = None
+    #: `concurrency` per "node" or per "gpu" (see CONCURRENCY_PER)
+    concurrency_per: str = "node"
 
     @property
     def rounds(self) -> float:
@@ -136,6 +142,7 @@ class Workload:
             "episode_hours": self.episode_hours,
             "episode_hours_samples": list(self.episode_samples_hours) or None,
             "concurrency": self.concurrency,
+            "concurrency_per": self.concurrency_per,
             "rounds": self.rounds,
             "lifetime_hours": self.lifetime_hours,
             "lifetime_interval_hours": (
@@ -189,6 +196,9 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         samples = ()
         episode_hours = read.number("episode_minutes", positive=True) / 60.0
     concurrency = read.integer("concurrency", positive=True, whole_floats=True)
+    per = read.value("concurrency_per") or "node"
+    if per not in CONCURRENCY_PER:
+        read.fail("concurrency_per", f"must be one of {', '.join(CONCURRENCY_PER)}, got {per!r}")
     lifetime = read.number("lifetime_hours", positive=True)
 
     restart = read.section("restart", RESTART_KEYS)
@@ -230,6 +240,7 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         grant=grant,
         episode_samples_hours=samples,
         lifetime_interval_hours=interval,
+        concurrency_per=per,
     )
 
 

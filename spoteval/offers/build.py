@@ -1,0 +1,195 @@
+"""From stacks to a ranking: each stack's offers, each provider's price reader, tau and S per offer.
+
+    stacks = [read_stack("aws-us-east-1", Path("stacks")), read_stack("runpod-eu", Path("stacks"))]
+    ranking = offers_ranking(stacks, workload=None, readers=default_readers(stacks))
+
+A stack gives its provider, region, zone, instance type, GPU count, grant and (unless a workload
+file is given for all of them) the workload its offers are ranked under. The markets of an offer are
+those the provider's stacks may declare (`spoteval.providers`: a Runpod stack is spot only).
+Nothing is started: only prices are read, by the readers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from spoteval.grant import Grant, GrantError
+from spoteval.offers.evidence import Measured, OfferKey, from_trace
+from spoteval.offers.prices import MARKETS, Clock, PriceReader, read_prices, utc_now
+from spoteval.offers.rank import Candidate, Ranking, rank_offers, stack_candidates
+from spoteval.placement import CONCURRENCY_PER, PlacementError, Workload, load_yaml, parse_workload
+from spoteval.providers import facts
+from spoteval.stack import is_stack_name, stack_file, stack_settings
+
+#: where the GCP Catalog and Azure Retail Prices are asked (a test points them at a loopback fake;
+#: AWS endpoints come from boto3's own `AWS_ENDPOINT_URL_*`, Runpod's from `RUNPOD_API_BASE_URL`)
+GCP_CATALOG_ENV: Final = "SPOTEVAL_GCP_CATALOG_URL"
+AZURE_PRICES_ENV: Final = "SPOTEVAL_AZURE_PRICES_URL"
+WORKLOAD_KEY: Final = "spot-eval:workload"
+
+
+@dataclass(frozen=True)
+class StackOffers:
+    """What one stack contributes to the offers."""
+
+    name: str
+    provider: str
+    region: str
+    zone: str | None
+    instance_type: str
+    gpu_count: int | None
+    grant: Grant
+    workload: Workload | None
+
+    @property
+    def markets(self) -> tuple[str, ...]:
+        """The markets this provider's stacks may declare (spoteval/providers.py; Runpod: spot only)."""
+        try:
+            return tuple(m for m in facts(self.provider).markets if m in MARKETS)
+        except KeyError:
+            return MARKETS
+
+
+def stack_offers(name: str, settings: Mapping[str, Any]) -> StackOffers:
+    """A stack's part in the offers, from its `spot-eval:*` settings (without the namespace)."""
+    where = f"stack {name}"
+
+    def text(raw: Mapping[str, Any], key: str, path: str) -> str:
+        value = raw.get(key)
+        if not isinstance(value, str) or not value:
+            raise PlacementError(f"{where}: spot-eval:{path}", f"missing or not a name: {value!r}")
+        return value
+
+    node = settings.get("node")
+    if not isinstance(node, Mapping):
+        raise PlacementError(f"{where}: spot-eval:node", "missing: the stack declares no node")
+    gpus = node.get("gpu_count")
+    try:
+        grant = Grant.parse(settings.get("grant"), where=f"{where}: spot-eval:grant")
+    except GrantError as err:
+        raise PlacementError(err.key, str(err).removeprefix(f"{err.key}: ")) from None
+    raw_workload = settings.get("workload")
+    workload = None
+    if raw_workload is not None:
+        workload = parse_workload(raw_workload, where=f"{where}: {WORKLOAD_KEY}")
+    zone = settings.get("zone")
+    return StackOffers(
+        name=name,
+        provider=text(settings, "provider", "provider"),
+        region=text(settings, "region", "region"),
+        zone=zone if isinstance(zone, str) and zone else None,
+        instance_type=text(node, "instance_type", "node.instance_type"),
+        gpu_count=gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None,
+        grant=grant,
+        workload=workload,
+    )
+
+
+def read_stack(name: str, stacks_dir: Path) -> StackOffers:
+    """`stacks_dir/Pulumi.NAME.yaml` as offers (the file is only read)."""
+    if not is_stack_name(name):
+        raise PlacementError("--stack", f"not a stack name: {name!r}")
+    path = stack_file(stacks_dir, name)
+    if not path.is_file():
+        raise PlacementError("--stack", f"stack {name!r} not found: no {path}")
+    return stack_offers(name, stack_settings(load_yaml(path, "stack file")))
+
+
+def default_readers(
+    stacks: Sequence[StackOffers], env: Mapping[str, str] | None = None
+) -> dict[str, PriceReader]:
+    """One reader per provider of the stacks, set up from the environment and the stacks' grants."""
+    from spoteval.clouds.gcp import CATALOG_URL
+    from spoteval.offers.aws import AwsPrices
+    from spoteval.offers.azure import AzurePrices
+    from spoteval.offers.gcp import KEY_ENV, GcpPrices
+    from spoteval.offers.nebius import NebiusPrices
+    from spoteval.offers.runpod import RunpodPrices
+    from spoteval.price import AZURE_PRICES_URL
+
+    env = os.environ if env is None else env
+    currency = {s.provider: s.grant.currency for s in stacks}
+    readers: dict[str, PriceReader] = {}
+    for provider in currency:
+        if provider == "aws":
+            zones = {s.region: s.zone for s in stacks if s.provider == "aws" and s.zone}
+            readers["aws"] = AwsPrices(zones=zones)
+        elif provider == "gcp":
+            readers["gcp"] = GcpPrices(
+                env.get(KEY_ENV) or None,
+                currency=currency["gcp"],
+                catalog_url=env.get(GCP_CATALOG_ENV) or CATALOG_URL,
+            )
+        elif provider == "azure":
+            url = env.get(AZURE_PRICES_ENV) or AZURE_PRICES_URL
+            readers["azure"] = AzurePrices(currency=currency["azure"], prices_url=url)
+        elif provider == "runpod":
+            readers["runpod"] = RunpodPrices()
+        elif provider == "nebius":
+            readers["nebius"] = NebiusPrices()
+    return readers
+
+
+def parse_offer_trace(text: str) -> tuple[OfferKey, str]:
+    """`PROVIDER:REGION:INSTANCE_TYPE=FILE` (as `--offer-trace` takes it)."""
+    key, sep, path = text.partition("=")
+    parts = key.split(":", 2)
+    if not sep or not path or len(parts) != 3 or not all(parts):
+        raise PlacementError("--offer-trace", f"expected PROVIDER:REGION:INSTANCE_TYPE=FILE, got {text!r}")
+    return (parts[0], parts[1], parts[2]), path
+
+
+def offers_ranking(
+    stacks: Sequence[StackOffers],
+    workload: Workload | None,
+    *,
+    readers: Mapping[str, PriceReader],
+    traces: Sequence[tuple[OfferKey, str]] = (),
+    run: Mapping[OfferKey, Measured] | None = None,
+    concurrency_per: str | None = None,
+    runs: int = 2000,
+    seed: int = 1,
+    clock: Clock = utc_now,
+) -> Ranking:
+    """Read every stack's offers' prices now and rank them (see `spoteval.offers.rank`)."""
+    if not stacks:
+        raise PlacementError(
+            "--offers", "needs at least one --stack NAME (the stacks name the grant's offers)"
+        )
+    if concurrency_per is not None and concurrency_per not in CONCURRENCY_PER:
+        raise PlacementError("--concurrency-per", f"must be one of {', '.join(CONCURRENCY_PER)}")
+    candidates: list[Candidate] = []
+    for stack in stacks:
+        base = workload or stack.workload
+        if base is None:
+            raise PlacementError(
+                f"stack {stack.name}: {WORKLOAD_KEY}", "missing: give a WORKLOAD file for its offers"
+            )
+        candidates += stack_candidates(
+            stack=stack.name,
+            provider=stack.provider,
+            region=stack.region,
+            instance_type=stack.instance_type,
+            grant=stack.grant,
+            workload=base,
+            gpu_count=stack.gpu_count,
+            markets=stack.markets,
+        )
+    unique = list({c.offer: c for c in candidates}.values())
+    known = {(c.offer.provider, c.offer.region, c.offer.instance_type) for c in unique}
+    for key, path in traces:
+        if key not in known:
+            raise PlacementError("--offer-trace", f"{':'.join(key)} is not an offer of the stacks ({path})")
+    measured: dict[str, Mapping[OfferKey, Measured]] = {
+        "trace": {key: from_trace(path) for key, path in traces}
+    }
+    if run:
+        measured["run"] = run
+    readings = read_prices([c.offer for c in unique], readers, clock)
+    return rank_offers(
+        unique, readings, measured=measured, concurrency_per=concurrency_per, runs=runs, seed=seed
+    )

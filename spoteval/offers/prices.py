@@ -1,0 +1,179 @@
+"""Prices per offer, read now: provider x region x instance type x market, no deployed node needed.
+
+An `Offer` is what a grant may allow; a `PriceReader` per provider reads the price of many offers
+at once (one query per region or per catalog page, not one per offer) and answers, per offer, an
+`OfferPrice` or the reason it has none. `read_prices` asks every provider's reader and never lets
+one provider's failure hide the others: a provider whose price API cannot be reached gives each of
+its offers the same one-line reason.
+
+Each price says what it is:
+
+- `kind`: `spot_history` (the newest entry of a spot price history: the price in force since its
+  `since` time) or `current` (the price list in force now: a retail or catalog price, a minimum bid);
+- `scope`: `zone` (one availability zone; `zone` names it), `region`, or `global` (one price for
+  every region of the provider);
+- `read_at`: when this process read it; `price.currency`: the currency the API answered in.
+
+Reading a price never starts, stops or changes anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Final, Protocol
+
+from spoteval.clouds import Price
+
+MARKETS: Final = ("spot", "on_demand")
+KINDS: Final = frozenset({"spot_history", "current"})
+SCOPES: Final = frozenset({"zone", "region", "global"})
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, order=True)
+class Offer:
+    """Where and on what a node could run: provider, region, instance type, market, and its GPUs.
+
+    `gpus` is None when the instance type is not in `spoteval.offers.instances`.
+    """
+
+    provider: str
+    region: str
+    instance_type: str
+    market: str
+    gpus: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.market not in MARKETS:
+            raise ValueError(f"unknown market {self.market!r} (known: {', '.join(MARKETS)})")
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider} {self.region} {self.instance_type} {self.market}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "region": self.region,
+            "instance_type": self.instance_type,
+            "market": self.market,
+            "gpus": self.gpus,
+        }
+
+
+@dataclass(frozen=True)
+class OfferPrice:
+    """One offer's price per node-hour as read from the provider's API (see the module docstring)."""
+
+    price: Price
+    read_at: datetime
+    kind: str
+    scope: str
+    api: str
+    zone: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown price kind {self.kind!r} (known: {', '.join(sorted(KINDS))})")
+        if self.scope not in SCOPES:
+            raise ValueError(f"unknown price scope {self.scope!r} (known: {', '.join(sorted(SCOPES))})")
+        if self.price.per_hour is None or not math.isfinite(self.price.per_hour):
+            raise ValueError("an offer's price needs a finite amount per hour")
+
+    @property
+    def per_hour(self) -> float:
+        assert self.price.per_hour is not None  # checked in __post_init__
+        return self.price.per_hour
+
+    @property
+    def currency(self) -> str:
+        return self.price.currency
+
+    @property
+    def since(self) -> str | None:
+        value = self.price.details.get("since")
+        return str(value) if value else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "per_hour": self.per_hour,
+            "currency": self.currency,
+            "kind": self.kind,
+            "scope": self.scope,
+            "zone": self.zone,
+            "since": self.since,
+            "read_at": self.read_at.isoformat(),
+            "api": self.api,
+            "details": _plain(self.price.details),
+        }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+class PriceUnavailable(Exception):
+    """A provider's price API could not be reached or refused; the message is one line saying why."""
+
+
+#: per offer: its price, or the reason it has none
+Reading = OfferPrice | str
+
+
+class PriceReader(Protocol):
+    """Reads the prices of one provider's offers. Raises PriceUnavailable when the API cannot be
+    reached at all; a single offer without a price gets its reason in the answer instead."""
+
+    def read(self, offers: Sequence[Offer], clock: Clock) -> Mapping[Offer, Reading]: ...
+
+
+#: providers that have no price API of their own, and what to do instead
+NO_PRICE_API: Final[Mapping[str, str]] = {
+    "kubernetes": "a Kubernetes node pool has no price API of its own: its nodes are priced by the "
+    "cloud that runs them (rank that cloud's offers with its stack)",
+}
+NO_PRICE_API_ALIASES: Final[Mapping[str, str]] = {"k8s": "kubernetes"}
+
+
+def read_prices(
+    offers: Sequence[Offer], readers: Mapping[str, PriceReader], clock: Clock = utc_now
+) -> dict[Offer, Reading]:
+    """Every offer's price or the reason it has none, asking each provider's reader once."""
+    by_provider: dict[str, list[Offer]] = {}
+    for offer in offers:
+        by_provider.setdefault(offer.provider, []).append(offer)
+    out: dict[Offer, Reading] = {}
+    for provider, group in by_provider.items():
+        reader = readers.get(provider)
+        if reader is None:
+            why = NO_PRICE_API.get(NO_PRICE_API_ALIASES.get(provider, provider))
+            reason = why or f"no price reader for provider {provider!r}"
+            out.update({offer: reason for offer in group})
+            continue
+        try:
+            answers = reader.read(group, clock)
+        except PriceUnavailable as exc:
+            out.update({offer: f"{provider} price API unavailable: {exc}" for offer in group})
+            continue
+        for offer in group:
+            out[offer] = answers.get(offer, f"{provider} gave no price for this offer")
+    return out
+
+
+def api_price(per_hour: float, currency: str, *, source_details: Mapping[str, Any] | None = None) -> Price:
+    """A price read from an API (`price_source` `api`), rounded to a millionth."""
+    return Price(round(per_hour, 6), currency, "api", dict(source_details or {}))
