@@ -108,11 +108,12 @@ class InspectHarness:
 
     def _check_options(self, options: Mapping[str, Any]) -> None:
         from inspect_ai import eval as inspect_eval
+        from inspect_ai.model import GenerateConfig
 
         bad = sorted(set(options) & RESERVED)
         if bad:
             raise HarnessError(f"inspect option {bad[0]!r} is set by spot-eval; remove it")
-        known = set(pyinspect.signature(inspect_eval).parameters)
+        known = set(pyinspect.signature(inspect_eval).parameters) | set(GenerateConfig.model_fields)
         unknown = sorted(set(options) - known)
         if unknown:
             raise HarnessError(f"inspect has no eval() option {unknown[0]!r}")
@@ -184,24 +185,27 @@ class InspectHarness:
 
 
 def classify(logs: Sequence[Any]) -> Outcome:
-    """The outcome of an `inspect_ai.eval()` from its logs (one task)."""
+    """The outcome of an `inspect_ai.eval()` from its log (one task).
+
+    The task's error is the first sample's that failed (inspect cancels the others, whose model
+    calls then end as cancelled): that sample's transcript says whose failure it was.
+    """
     if len(logs) != 1:
         return Outcome(HARNESS_ERROR, f"inspect returned {len(logs)} logs for one task")
     log = logs[0]
     if log.status == "success":
         return Outcome(COMPLETED)
-    for sample in log.samples or []:
-        if sample.error is not None:
-            model_error = _model_error(sample)
-            if model_error is not None:
-                return Outcome(
-                    MODEL_FAILURE, f"sample {sample.id!r}: model call failed: {one_line(model_error)}"
-                )
-    if log.error is not None:
-        return Outcome(HARNESS_ERROR, f"inspect task {log.status}: {one_line(log.error.message)}")
-    failed = next((s for s in log.samples or [] if s.error is not None), None)
-    if failed is not None:
-        return Outcome(HARNESS_ERROR, f"sample {failed.id!r}: {one_line(failed.error.message)}")
+    failed = [s for s in log.samples or [] if s.error is not None]
+    message = log.error.message if log.error is not None else None
+    first = next((s for s in failed if s.error.message == message), failed[0] if failed else None)
+    if first is not None:
+        model_error = _model_error(first)
+        if model_error is not None:
+            reason = f"sample {first.id!r}: model call failed: {one_line(model_error)}"
+            return Outcome(MODEL_FAILURE, reason)
+        return Outcome(HARNESS_ERROR, f"sample {first.id!r}: {one_line(first.error.message)}")
+    if message is not None:
+        return Outcome(HARNESS_ERROR, f"inspect task {log.status}: {one_line(message)}")
     return Outcome(HARNESS_ERROR, f"inspect task ended with status {log.status!r}")
 
 

@@ -79,15 +79,14 @@ def _task_manager(options: Mapping[str, Any]) -> Any:
 
 
 def _load_task(name: str, options: Mapping[str, Any], metadata: Mapping[str, Any]) -> Any:
-    from lm_eval.tasks import get_task_dict
-
     manager = _task_manager(options)
     if name not in manager.all_tasks:
         raise HarnessError(f"lm-eval task {name!r} does not exist in the include_path")
     try:
-        tasks = get_task_dict([name], manager)
+        loaded = manager.load([name])
     except Exception as exc:
         raise HarnessError(f"lm-eval task {name!r}: {one_line(exc)}") from None
+    tasks = loaded.get("tasks", {})
     task = tasks.get(name)
     if task is None or len(tasks) != 1:
         raise HarnessError(f"lm-eval task {name!r} is a group; name one task")
@@ -296,5 +295,6 @@ def _write_log(folder: str, results: Mapping[str, Any] | None) -> None:
 
 
 def _offline() -> None:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would bury the episode's last line
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
