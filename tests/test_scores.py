@@ -1,0 +1,74 @@
+"""Per-task scores from a run's results (spoteval/scores.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from spoteval.scores import as_json, as_text, bootstrap_interval, task_label, task_scores
+
+TASK = "/home/someone/evals/tiny.py@spoteval_tiny"
+
+
+def _shard(episode: str, values: list[Any], *, epochs: int = 1, node: str = "node-7") -> dict[str, Any]:
+    samples = [
+        {"id": f"s/{i}", "key": f"s=2F{i}", "epoch": e, "scores": {"exact": v, "grade": "C" if v else "I"}}
+        for i, v in enumerate(values)
+        for e in range(1, epochs + 1)
+    ]
+    output = {"harness": "inspect", "task": TASK, "model": "standin", "samples": samples}
+    return {"episode_id": episode, "outcome": "completed", "node": node, "output": output}
+
+
+def test_mean_and_bootstrap_interval_are_exact_for_a_fixed_seed() -> None:
+    assert bootstrap_interval([1.0] * 6 + [0.0] * 4) == (0.3, 0.9)
+    assert bootstrap_interval([0.5]) == (0.5, 0.5)
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_interval([])
+
+
+def test_scores_per_task_with_failures_shown_apart() -> None:
+    results = [
+        _shard("tiny-0001", [1.0, 1.0, 0.0, 1.0, 0.0]),
+        _shard("tiny-0002", [True, False, True, 1, 0.0]),
+        {"episode_id": "tiny-0003", "outcome": "harness_error", "error": "bad argument"},
+        {"episode_id": "tiny-0004", "outcome": "model_failure", "error": "500"},
+        {"episode_id": "plain-1", "outcome": "completed", "output": {"answer": 3}},  # not a harness shard
+    ]
+    params = {
+        "tiny-0003": {"harness": "inspect", "task": TASK, "samples": ["a", "b", "c"]},
+        "tiny-0004": {"harness": "inspect", "task": TASK, "samples": ["d"]},
+    }
+    (scores,) = task_scores(results, params)
+    assert (scores.harness, scores.task, scores.model) == ("inspect", "tiny.py@spoteval_tiny", "standin")
+    assert (scores.samples, scores.shards, scores.model_failures, scores.harness_errors) == (10, 2, 1, 3)
+    (exact,) = scores.numeric
+    assert (exact.name, exact.n, exact.mean) == ("exact", 10, 0.6)
+    assert (exact.low, exact.high) == bootstrap_interval([1, 1, 0, 1, 0, 1, 0, 1, 1, 0])
+    (grade,) = scores.categorical
+    assert (grade.name, grade.n, dict(grade.counts)) == ("grade", 10, {"C": 6, "I": 4})
+    assert as_text([scores]).splitlines() == [
+        "Scores (completed shards; a harness error is not the model's and is never scored)",
+        "  inspect tiny.py@spoteval_tiny, model standin: 10 samples in 2 shards",
+        f"    exact                mean 0.600  95% CI [{exact.low:.3f}, {exact.high:.3f}]  n=10",
+        "    grade                C 6  I 4  n=10",
+        "    not scored: 1 samples in model failures, 3 in harness errors",
+    ]
+
+
+def test_epochs_are_averaged_per_sample_before_the_interval() -> None:
+    result = _shard("tiny-0001", [1.0, 0.0], epochs=3)
+    result["output"]["samples"][0]["scores"]["exact"] = 0.0  # sample 0: epochs 0, 1, 1
+    (scores,) = task_scores([result])
+    (exact,) = scores.numeric
+    assert (exact.n, round(exact.mean, 6)) == (2, round((2 / 3 + 0.0) / 2, 6))
+    assert scores.categorical[0].n == 6
+
+
+def test_the_json_is_safe_to_share() -> None:
+    text = json.dumps(as_json(task_scores([_shard("tiny-0001", [1.0, 0.0])])))
+    for private in ("tiny-0001", "node-7", "s/0", "s=2F0", "/home/someone"):
+        assert private not in text
+    assert task_label("a/b/c.py@t") == "c.py@t" and task_label("gsm8k") == "gsm8k"
