@@ -23,7 +23,7 @@ from spoteval.harness import HarnessError, get
 from spoteval.harness.ids import SampleIdError, sample_id, sample_key, sample_keys
 from spoteval.harness.progress import ShardKeys
 from spoteval.harness.runner import run
-from spoteval.harness.shards import HarnessBlock, Timing, choose_episode_size, episode_command, shard
+from spoteval.harness.shards import HarnessBlock, Timing, choose_episode_size, episode_command, plan, shard
 from spoteval.store import Store
 from tests import fake_model
 from tests.conftest import StoreTarget
@@ -390,3 +390,16 @@ def test_bad_input_is_one_line_and_runs_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(message)
     assert _stored(file_target, "ep-1") == []
+
+
+def test_shard_plan_states_its_size_and_why() -> None:
+    block = HarnessBlock("inspect", INSPECT_TASK, "standin", sample_s=1.4)
+    chosen = plan(block, INSPECT_IDS * 1 + [f"x{i}" for i in range(90)], parallel=4)
+    assert (chosen.size, len(chosen.entries), chosen.chosen) == (25, 4, True)
+    assert chosen.describe() == (
+        "100 samples in 4 shards of up to 25, chosen from start-up 14.8 s per shard and 1.4 s per sample "
+        "(start-up <= 10% of a shard)"
+    )
+    given = plan(HarnessBlock("lm-eval", "t", "m", episode_size=3), list(range(10)))
+    assert (given.size, [len(e.params["samples"]) for e in given.entries]) == (3, [3, 3, 3, 1])
+    assert given.describe() == "10 samples in 4 shards of up to 3, as given (episode_size)"

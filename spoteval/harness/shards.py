@@ -28,18 +28,21 @@ from typing import Any, Final
 from spoteval.harness.ids import SampleId, sample_keys
 from spoteval.record import ManifestEntry
 
-#: Start-up per shard and model time per sample, measured by benchmarks/harness_bench.py against the
-#: stand-in model server on this project's 2-core test machine (2026-12-01). A real model's time per
-#: sample is longer: give `sample_s` from a trial run.
-MEASURED: Final[Mapping[str, tuple[float, float]]] = {"inspect": (2.6, 0.06), "lm-eval": (3.1, 0.01)}
-DEFAULT_OVERHEAD: Final = 0.1
-DEFAULT_MAX_EPISODE_S: Final = 1800.0
-
 
 @dataclass(frozen=True)
 class Timing:
     startup_s: float
     sample_s: float
+
+
+#: Start-up per shard and model time per sample (seconds), measured by `python -m benchmarks.harness_bench`
+#: against the stand-in model server on this project's 2-core test machine under a load average of
+#: 13-15 (2026-12-01): inspect 14.8 s and 0.44 s, lm-eval 55.7 s (its imports: datasets, pandas,
+#: scikit-learn) and 0.017 s. An idle machine starts inspect in about 5 s. A real model's time per
+#: sample is longer: give `sample_s` from a trial run (the shard size then shrinks).
+MEASURED: Final[Mapping[str, Timing]] = {"inspect": Timing(14.8, 0.44), "lm-eval": Timing(55.7, 0.017)}
+DEFAULT_OVERHEAD: Final = 0.1
+DEFAULT_MAX_EPISODE_S: Final = 1800.0
 
 
 def choose_episode_size(
@@ -116,3 +119,33 @@ def episode_command(block: HarnessBlock, python: str = "python3") -> list[str]:
 
 def default_python() -> str:
     return sys.executable or "python3"
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    entries: list[ManifestEntry]
+    size: int
+    timing: Timing
+    chosen: bool  # False when the user gave the size
+
+    def describe(self) -> str:
+        """One line stating the size and where it came from (for the drill and the report)."""
+        n = sum(len(e.params["samples"]) for e in self.entries)
+        source = (
+            f"chosen from start-up {self.timing.startup_s:g} s per shard and {self.timing.sample_s:g} s "
+            f"per sample (start-up <= {DEFAULT_OVERHEAD:.0%} of a shard)"
+            if self.chosen
+            else "as given (episode_size)"
+        )
+        return f"{n} samples in {len(self.entries)} shards of up to {self.size}, {source}"
+
+
+def plan(block: HarnessBlock, samples: Sequence[SampleId], *, parallel: int = 1) -> ShardPlan:
+    """Shards of the block's samples: the given `episode_size`, or one chosen from the timing."""
+    measured = MEASURED.get(block.harness, Timing(5.0, 1.0))
+    timing = Timing(measured.startup_s, block.sample_s if block.sample_s is not None else measured.sample_s)
+    if block.episode_size is not None:
+        size, chosen = block.episode_size, False
+    else:
+        size, chosen = choose_episode_size(timing, len(samples), parallel=parallel), True
+    return ShardPlan(shard(block, samples, size), size, timing, chosen)
