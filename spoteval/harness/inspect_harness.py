@@ -3,7 +3,9 @@
 - The model is inspect's `openai-api` provider: `openai-api/spoteval/{model}` with
   `model_base_url={openai_base_url}` (the server root + `/v1`), the API key from `SPOTEVAL_API_KEY`
   (`none` when unset; vLLM started without `--api-key` takes any).
-- The task is what `inspect eval` takes: `path/to/file.py@name`, a registry name; the task's
+- The task is what `inspect eval` takes: `path/to/file.py@name`, a registry name (a relative file
+  path is looked up from the working folder, then from the folder that holds `spoteval/`, so a
+  task shipped in the agent bundle is found on the node); the task's
   arguments are `task_args`; options are passed to `inspect_ai.eval()` (`epochs`, `max_tokens`,
   `temperature`, `fail_on_error`, `max_retries`, `timeout`, ...). spot-eval sets `sample_id`,
   `log_dir`, `display` and the model itself, so those options are refused.
@@ -45,6 +47,7 @@ RESERVED: Final = frozenset(
 )
 _LETTERS: Final[Mapping[str, float]] = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}
 _ANSWER_CHARS: Final = 2000
+_BUNDLE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The sink of the attempt running in this process (inspect's hooks are process-wide).
 _current: list[Sink] = []
@@ -63,6 +66,15 @@ def _install_hook() -> None:
                 _current[-1](sample_record(data.sample))
 
     _install_hook.done = True  # type: ignore[attr-defined]
+
+
+def resolve_task(task: str) -> str:
+    """A task whose file is relative and not in the working folder, looked up from the bundle root."""
+    path, sep, name = task.partition("@")
+    if not path.endswith(".py") or os.path.isabs(path) or os.path.exists(path):
+        return task
+    candidate = os.path.join(_BUNDLE_ROOT, path)
+    return candidate + sep + name if os.path.exists(candidate) else task
 
 
 def score_value(value: object) -> object:
@@ -122,7 +134,7 @@ class InspectHarness:
         from inspect_ai._eval.loader import load_tasks
 
         try:
-            tasks = load_tasks([task], dict(args))
+            tasks = load_tasks([resolve_task(task)], dict(args))
         except Exception as exc:
             raise HarnessError(f"inspect task {task!r}: {one_line(exc)}") from None
         if len(tasks) != 1:
@@ -155,7 +167,7 @@ class InspectHarness:
             _current.append(on_sample)
             try:
                 logs = inspect_eval(
-                    job.task,
+                    resolve_task(job.task),
                     model=f"{PROVIDER}/{job.model}",
                     model_base_url=job.openai_base_url,
                     task_args=dict(job.args),
