@@ -59,8 +59,7 @@ REASONS: Final[Mapping[str, frozenset[str | None]]] = {
 EVENT_KINDS: Final = frozenset(REASONS)
 
 ATTEMPT_OUTCOMES: Final = frozenset({"completed", "model_failure", "harness_error", "interrupted"})
-#: `harness_error`: the episode command failed for reasons that are not the model's (bad arguments,
-#: an unknown sample, a crash before the model was asked); shown apart, never in a model's scores.
+#: `harness_error`: the episode failed for reasons that are not the model's; never in its scores.
 RESULT_OUTCOMES: Final = frozenset({"completed", "model_failure", "harness_error"})
 MARKETS: Final = frozenset({"spot", "on_demand"})
 PRICE_SOURCES: Final = frozenset({"api", "configured", "unknown"})
