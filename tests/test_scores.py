@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -72,3 +73,33 @@ def test_the_json_is_safe_to_share() -> None:
     for private in ("tiny-0001", "node-7", "s/0", "s=2F0", "/home/someone"):
         assert private not in text
     assert task_label("a/b/c.py@t") == "c.py@t" and task_label("gsm8k") == "gsm8k"
+
+
+def test_the_run_report_has_a_scores_section_and_harness_errors_apart() -> None:
+    from spoteval.record import Attempt, ManifestEntry, dump_manifest
+    from spoteval.report import analyse, parse_record, render, report_json
+
+    t0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+    done = _shard("tiny-0001", [1.0, 0.0, 1.0, 1.0])
+    results = [
+        Attempt("tiny-0001", "completed", 1, "node-7", t0, t0 + timedelta(seconds=30), output=done["output"]),
+        Attempt("tiny-0002", "harness_error", 1, "node-7", t0, t0 + timedelta(seconds=3), error="exit 3"),
+    ]
+    manifest = dump_manifest(
+        [
+            ManifestEntry(
+                "tiny-0001", {"harness": "inspect", "task": TASK, "samples": ["s/0", "s/1", "s/2", "s/3"]}
+            ),
+            ManifestEntry("tiny-0002", {"harness": "inspect", "task": TASK, "samples": ["s/4", "s/5"]}),
+        ]
+    )
+    objects = {f"runs/r1/results/{r.episode_id}.json": r.dumps(as_result=True) for r in results}
+    rep = analyse(parse_record("r1", objects, manifest=manifest), now=t0 + timedelta(hours=1))
+    text = render(rep, shared=True, width=140)
+    assert "Harness errors: 1 episodes failed for reasons that are not the model's" in text
+    assert "  inspect tiny.py@spoteval_tiny, model standin: 4 samples in 1 shards" in text
+    assert "    not scored: 0 samples in model failures, 2 in harness errors" in text
+    shared = report_json(rep, shared=True)
+    assert shared["scores"][0]["numeric"][0]["mean"] == 0.75
+    assert shared["scores"][0]["unscored"] == {"model_failure": 0, "harness_error": 2}
+    assert "tiny-0001" not in json.dumps(shared["scores"])
