@@ -103,3 +103,28 @@ def test_the_run_report_has_a_scores_section_and_harness_errors_apart() -> None:
     assert shared["scores"][0]["numeric"][0]["mean"] == 0.75
     assert shared["scores"][0]["unscored"] == {"model_failure": 0, "harness_error": 2}
     assert "tiny-0001" not in json.dumps(shared["scores"])
+
+
+def test_a_harness_run_gives_the_placement_d_per_sample_with_start_up_once_per_shard() -> None:
+    from spoteval.record import Attempt, ManifestEntry, dump_manifest
+    from spoteval.report import analyse, parse_record, workload_from_run
+
+    t0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+    output = _shard("tiny-0001", [1.0, 0.0, 1.0, 1.0])["output"]
+    output["startup_s"] = 4.0
+    for n, sample in enumerate(output["samples"]):
+        sample["model_s"] = 0.5 * (n + 1)
+    done = Attempt("tiny-0001", "completed", 1, "node-7", t0, t0 + timedelta(seconds=30), output=output)
+    manifest = dump_manifest(
+        [
+            ManifestEntry("tiny-0001", {"harness": "inspect", "task": TASK, "samples": ["a", "b", "c", "d"]}),
+            ManifestEntry("tiny-0002", {"harness": "inspect", "task": TASK, "samples": ["e", "f"]}),
+        ]
+    )
+    record = parse_record(
+        "r1", {"runs/r1/results/tiny-0001.json": done.dumps(as_result=True)}, manifest=manifest
+    )
+    workload = workload_from_run(analyse(record, now=t0 + timedelta(hours=1)))
+    assert workload["episodes"] == 6  # samples, not shards
+    # each sample's model time plus a quarter of its shard's 4 s start-up, in minutes
+    assert workload["episode_minutes_samples"] == [round((0.5 * n + 1.0) / 60, 6) for n in (1, 2, 3, 4)]
