@@ -403,3 +403,24 @@ def test_shard_plan_states_its_size_and_why() -> None:
     given = plan(HarnessBlock("lm-eval", "t", "m", episode_size=3), list(range(10)))
     assert (given.size, [len(e.params["samples"]) for e in given.entries]) == (3, [3, 3, 3, 1])
     assert given.describe() == "10 samples in 4 shards of up to 3, as given (episode_size)"
+
+
+@pytest.mark.slow
+def test_a_shipped_task_runs_from_the_agent_bundle_zip(
+    model: fake_model.FaultyServer, file_target: StoreTarget, tmp_path: Path
+) -> None:
+    from components.bundle import build_bundle, write_bundle
+
+    bundle = build_bundle()
+    for name in ("inspect_tiny.jsonl", "lm_eval/tiny.yaml", "lm_eval/tiny.jsonl"):
+        assert f"spoteval/harness/tasks/{name}" in bundle.files
+    zip_path = write_bundle(bundle, tmp_path / "bundle")
+    out = tmp_path / "out.json"
+    argv = _argv("inspect", INSPECT_TASK, model.base_url, out, "tiny-1", samples=INSPECT_IDS[:3])
+    env = _env(file_target, tmp_path) | {"PYTHONPATH": str(zip_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "spoteval.harness", "run", *argv], env=env, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0
+    assert _scores(_result(out), "exact") == {sid: INSPECT_SCORES[sid] for sid in INSPECT_IDS[:3]}
+    assert (tmp_path / "node-a" / "spoteval-bundle").is_dir()  # the tasks, extracted from the zip

@@ -37,6 +37,7 @@ from spoteval.harness.base import (
     Outcome,
     SampleRecord,
     Sink,
+    bundle_root,
     one_line,
 )
 from spoteval.harness.ids import SampleId, sample_key
@@ -47,7 +48,6 @@ RESERVED: Final = frozenset(
 )
 _LETTERS: Final[Mapping[str, float]] = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}
 _ANSWER_CHARS: Final = 2000
-_BUNDLE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The sink of the attempt running in this process (inspect's hooks are process-wide).
 _current: list[Sink] = []
@@ -73,7 +73,7 @@ def resolve_task(task: str) -> str:
     path, sep, name = task.partition("@")
     if not path.endswith(".py") or os.path.isabs(path) or os.path.exists(path):
         return task
-    candidate = os.path.join(_BUNDLE_ROOT, path)
+    candidate = os.path.join(bundle_root(), path)
     return candidate + sep + name if os.path.exists(candidate) else task
 
 

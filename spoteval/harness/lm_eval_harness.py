@@ -40,6 +40,7 @@ from spoteval.harness.base import (
     Outcome,
     SampleRecord,
     Sink,
+    bundle_root,
     one_line,
 )
 from spoteval.harness.ids import SampleId, sample_key
@@ -49,7 +50,6 @@ OWN_OPTIONS: Final = frozenset({"include_path", "include_defaults", "chat"})
 RESERVED: Final = frozenset(
     {"model", "model_args", "tasks", "samples", "limit", "task_manager", "log_samples", "metadata"}
 )
-_BUNDLE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class ModelCallError(Exception):
@@ -61,7 +61,7 @@ def resolve_include_path(path: str) -> str:
         return path
     if os.path.isdir(path):
         return os.path.abspath(path)
-    return os.path.join(_BUNDLE_ROOT, path)
+    return os.path.join(bundle_root(), path)
 
 
 def _task_manager(options: Mapping[str, Any]) -> Any:
