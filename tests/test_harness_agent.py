@@ -14,7 +14,8 @@ from spoteval.agent import episodes as ep
 from spoteval.agent.__main__ import main
 from spoteval.harness.shards import episode_command, plan
 from spoteval.harness.tasks import shipped
-from spoteval.record import ManifestEntry, dump_manifest, utc_now
+from spoteval.manifest import ManifestEntry, dump_manifest
+from spoteval.record import utc_now
 from spoteval.scores import task_scores
 from spoteval.store import Store
 from tests.conftest import StoreTarget

@@ -76,7 +76,8 @@ def test_the_json_is_safe_to_share() -> None:
 
 
 def test_the_run_report_has_a_scores_section_and_harness_errors_apart() -> None:
-    from spoteval.record import Attempt, ManifestEntry, dump_manifest
+    from spoteval.manifest import ManifestEntry, dump_manifest
+    from spoteval.record import Attempt
     from spoteval.report import analyse, parse_record, render, report_json
 
     t0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
@@ -106,7 +107,8 @@ def test_the_run_report_has_a_scores_section_and_harness_errors_apart() -> None:
 
 
 def test_a_harness_run_gives_the_placement_d_per_sample_with_start_up_once_per_shard() -> None:
-    from spoteval.record import Attempt, ManifestEntry, dump_manifest
+    from spoteval.manifest import ManifestEntry, dump_manifest
+    from spoteval.record import Attempt
     from spoteval.report import analyse, parse_record, workload_from_run
 
     t0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)

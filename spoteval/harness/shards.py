@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from spoteval.harness.ids import SampleId, sample_keys
-from spoteval.record import ManifestEntry
+from spoteval.manifest import ManifestEntry
 
 
 @dataclass(frozen=True)
