@@ -89,3 +89,22 @@ def test_the_agent_runs_inspect_shards_and_counts_a_harness_error_apart(
     (scores,) = task_scores(results, {e.id: e.params for e in entries})
     assert (scores.samples, scores.shards, scores.harness_errors, scores.model_failures) == (10, 2, 1, 0)
     assert (scores.numeric[0].name, scores.numeric[0].mean) == ("exact", 0.6)
+
+
+def test_the_drill_runs_a_harness_in_shards_and_refuses_what_does_not_fit(tmp_path: Path) -> None:
+    from spoteval.drill.config import DrillConfig, DrillError, eval_command, harness_plan
+
+    cfg = DrillConfig(out=tmp_path, harness="inspect", concurrency=3)
+    cfg.check()
+    command = eval_command(cfg)
+    assert command[1:5] == ("-m", "spoteval.harness", "run", "--harness")
+    assert "{openai_base_url}" not in command and "{model_url}" in command
+    shards = harness_plan(cfg)
+    assert ([e.id for e in shards.entries], shards.size) == (
+        ["spoteval_tiny-0001", "spoteval_tiny-0002", "spoteval_tiny-0003"],
+        4,
+    )
+    with pytest.raises(DrillError, match=r"^--harness 'helm' is not one of inspect, lm-eval$"):
+        DrillConfig(out=tmp_path, harness="helm").check()
+    with pytest.raises(DrillError, match=r"^--harness runs its shipped task: give no --eval-command"):
+        DrillConfig(out=tmp_path, harness="lm-eval", eval_command=("x", "{episode_id}", "{output}")).check()
