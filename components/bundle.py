@@ -43,13 +43,22 @@ class Bundle:
         return len(self.data)
 
 
+#: Data files shipped beside the sources: the harnesses' small tasks (spoteval/harness/tasks/).
+DATA_SUFFIXES: Final = (".yaml", ".jsonl")
+
+
 def source_files(root: Path = _REPO, package: str = PACKAGE) -> list[Path]:
-    """The package's Python sources (no caches, no compiled files), sorted."""
+    """The package's Python sources and task data (no caches, no compiled files), sorted."""
     base = root / package
     if not (base / "__init__.py").is_file():
         raise FileNotFoundError(f"{base}: not a Python package")
     return sorted(
-        p for p in base.rglob("*.py") if "__pycache__" not in p.parts and not p.name.startswith(".")
+        p
+        for p in base.rglob("*")
+        if (p.suffix == ".py" or (p.suffix in DATA_SUFFIXES and "tasks" in p.parts))
+        and p.is_file()
+        and "__pycache__" not in p.parts
+        and not p.name.startswith(".")
     )
 
 

@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="file", help="file (default), s3 (a moto server on loopback), or a URL")
     p.add_argument("--eval-command", help="episode command with {episode_id} {model_url} {output}")
     p.add_argument("--server-command", help="model server command with {port}")
+    p.add_argument(
+        "--harness", choices=("inspect", "lm-eval"), help="run the harness's shipped task in shards"
+    )
     p.add_argument("--manifest", help="manifest.jsonl of your episodes (default: --episodes sample episodes)")
     p.add_argument("--episodes", type=int, default=d.episodes, help="sample episodes (default %(default)s)")
     p.add_argument(
@@ -111,6 +114,7 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         server_command=_command(args.server_command, "--server-command"),
         timeout_s=args.timeout_s,
         manifest=Path(args.manifest) if args.manifest else None,
+        harness=args.harness,
     )
 
 

@@ -8,6 +8,8 @@ This module is the contract between the node agent (which writes the record), an
     runs/{run_id}/results/{episode_id}.json       create-only: the episode's final outcome
     runs/{run_id}/attempts/{episode_id}/{n}.json  every ended attempt, with its outcome
     runs/{run_id}/events/{UTC time}-{node}-{seq}.json   one object per event, sortable by name
+    runs/{run_id}/harness/{episode_id}/...        create-only: harness shards' samples and logs
+                                                  (keys in spoteval/harness/progress.py)
 
 Writing is strict: an unknown kind, reason or outcome raises `RecordError`. Reading is lenient:
 `Event.from_json` and `Attempt.from_json` keep unknown fields and values and report them as
@@ -56,8 +58,9 @@ REASONS: Final[Mapping[str, frozenset[str | None]]] = {
 }
 EVENT_KINDS: Final = frozenset(REASONS)
 
-ATTEMPT_OUTCOMES: Final = frozenset({"completed", "model_failure", "interrupted"})
-RESULT_OUTCOMES: Final = frozenset({"completed", "model_failure"})
+ATTEMPT_OUTCOMES: Final = frozenset({"completed", "model_failure", "harness_error", "interrupted"})
+#: `harness_error`: the episode failed for reasons that are not the model's; never in its scores.
+RESULT_OUTCOMES: Final = frozenset({"completed", "model_failure", "harness_error"})
 MARKETS: Final = frozenset({"spot", "on_demand"})
 PRICE_SOURCES: Final = frozenset({"api", "configured", "unknown"})
 

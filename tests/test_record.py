@@ -60,8 +60,8 @@ def test_closed_lists_match_the_design() -> None:
         "measurement",
         "user",
     }
-    assert record.ATTEMPT_OUTCOMES == {"completed", "model_failure", "interrupted"}
-    assert record.RESULT_OUTCOMES == {"completed", "model_failure"}
+    assert record.ATTEMPT_OUTCOMES == {"completed", "model_failure", "harness_error", "interrupted"}
+    assert record.RESULT_OUTCOMES == {"completed", "model_failure", "harness_error"}
 
 
 def test_event_json_carries_every_design_field() -> None:

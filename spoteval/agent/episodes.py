@@ -3,7 +3,10 @@
 An attempt's outcome:
 
 - exit 0 and a JSON file at `{output}` -> `completed` (the file's content is the output);
-- exit != 0, exit 0 without usable output, or killed at `timeout_s` -> `model_failure`;
+- exit 3 (the harness failed for reasons that are not the model's: bad arguments, an unknown
+  sample, a crash before the model), exit 2 (bad arguments, as argparse and shells report them),
+  or a command that cannot be started -> `harness_error`, never counted against the model;
+- any other exit, exit 0 without usable output, or killed at `timeout_s` -> `model_failure`;
 - killed by the agent because the capacity is going away (notice, or a stop rule ending the run)
   -> `interrupted`.
 
@@ -36,6 +39,10 @@ SETTLE_S: Final = 1.0
 _ERROR_TAIL: Final = 2000
 
 KILL_TIMEOUT: Final = "timeout"
+#: Exit codes that say the episode command failed for reasons that are not the model's.
+HARNESS_ERROR_EXITS: Final = frozenset({2, 3})
+#: Outcomes that count against `max_attempts` (an interrupted attempt never does).
+FAILURES: Final = frozenset({"model_failure", "harness_error"})
 KILL_CAPACITY: Final = "capacity"
 
 
@@ -68,9 +75,13 @@ def spawn(
     on_exit: Callable[[Running], None],
 ) -> None:
     """Start the attempt in its own process group; `on_exit(run)` is called from a thread when it ends."""
-    argv = substitute(
-        config.command, {"episode_id": run.episode_id, "model_url": model_url, "output": run.output_path}
-    )
+    values = {
+        "episode_id": run.episode_id,
+        "model_url": model_url,
+        "openai_base_url": openai_base_url(model_url),
+        "output": run.output_path,
+    }
+    argv = substitute(config.command, values)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(run.output_path)
     try:
@@ -140,7 +151,7 @@ def log_tail(path: str) -> str:
 
 @dataclass(frozen=True)
 class Ended:
-    outcome: str  # completed | model_failure | interrupted
+    outcome: str  # completed | model_failure | harness_error | interrupted
     output: Any = None
     error: str | None = None
     settle: bool = False  # a failure not caused by the agent: hold it for SETTLE_S
@@ -153,7 +164,7 @@ def classify(run: Running, timeout_s: float) -> Ended:
     if run.kill_reason == KILL_TIMEOUT:
         return Ended("model_failure", error=f"timed out after {timeout_s:g} s")
     if run.spawn_error is not None:
-        return Ended("model_failure", error=run.spawn_error)
+        return Ended("harness_error", error=run.spawn_error)
     code = run.returncode
     if code == 0:
         output, error = read_output(run.output_path)
@@ -165,7 +176,8 @@ def classify(run: Running, timeout_s: float) -> Ended:
         what = f"killed by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
     else:
         what = f"exited with {code}"
-    return Ended("model_failure", error=f"{what}: {tail}" if tail else what, settle=True)
+    outcome = "harness_error" if code in HARNESS_ERROR_EXITS else "model_failure"
+    return Ended(outcome, error=f"{what}: {tail}" if tail else what, settle=True)
 
 
 #: Signals of a shutdown (an exit of 128+N is how shells report death by signal N).
@@ -187,16 +199,34 @@ def during_shutdown(run: Running, ended: Ended, *, server_gone: bool) -> Ended:
     return ended
 
 
+def openai_base_url(model_url: str) -> str:
+    """The OpenAI-compatible base URL of a model server whose root is `model_url`."""
+    return model_url.rstrip("/") + "/v1"
+
+
 def episode_env(
-    base: Mapping[str, str], run_id: str, run: Running, entry: ManifestEntry, model_url: str
+    base: Mapping[str, str],
+    run_id: str,
+    run: Running,
+    entry: ManifestEntry,
+    model_url: str,
+    *,
+    place: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment of an attempt: the agent's, plus what the episode needs to know."""
+    """The environment of an attempt: the agent's, plus what the episode needs to know.
+
+    `place` adds the store, its options, the node and the work folder (`SPOTEVAL_STORE`,
+    `SPOTEVAL_STORE_OPTIONS`, `SPOTEVAL_NODE`, `SPOTEVAL_WORK_DIR`), which a harness shard needs to
+    stream its finished samples to the run record and resume from there.
+    """
     return {
         **base,
+        **(place or {}),
         "SPOTEVAL_RUN_ID": run_id,
         "SPOTEVAL_EPISODE_ID": run.episode_id,
         "SPOTEVAL_EPISODE_PARAMS": json.dumps(dict(entry.params), sort_keys=True),
         "SPOTEVAL_MODEL_URL": model_url,
+        "SPOTEVAL_OPENAI_BASE_URL": openai_base_url(model_url),
         "SPOTEVAL_OUTPUT": run.output_path,
     }
 

@@ -281,7 +281,7 @@ def plan_recovery(
             final.add(episode)
             continue
         attempts = history.attempts.get(episode, ())
-        failed = [a for a in attempts if a.outcome == "model_failure"]
+        failed = [a for a in attempts if a.outcome in ("model_failure", "harness_error")]
         completed = [a for a in attempts if a.outcome == "completed"]
         failures[episode] = len(failed)
         last = completed[-1] if completed else (failed[-1] if len(failed) >= max_attempts else None)

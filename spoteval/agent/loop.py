@@ -17,6 +17,7 @@ uploader only post messages to its queue. The order of a run:
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import queue
 import threading
@@ -90,7 +91,7 @@ class Agent(Stopping):
         self.failures: dict[str, int] = {}
         self.next_n: dict[str, int] = {}
         self.in_flight: dict[tuple[str, int], datetime] = {}
-        self.counts = {"completed": 0, "model_failure": 0, "interrupted": 0, "results": 0}
+        self.counts = {"completed": 0, "model_failure": 0, "harness_error": 0, "interrupted": 0, "results": 0}
         self.durations: deque[float] = deque(maxlen=tally.DURATIONS_KEPT)
         self.durable_s: list[float] = []
         self.notice: Notice | None = None
@@ -467,6 +468,14 @@ class Agent(Stopping):
         )
         self._wait_durable(journal, JOURNAL_WAIT_S)
         base_env = dict(os.environ)
+        place = {
+            "SPOTEVAL_STORE": self.config.store,
+            "SPOTEVAL_STORE_OPTIONS": json.dumps(
+                dict(self.config.store_options_with_defaults()), sort_keys=True
+            ),
+            "SPOTEVAL_NODE": self.config.node.id,
+            "SPOTEVAL_WORK_DIR": self.work_dir,
+        }
         for index, run in enumerate(batch):
             if self.noticed.is_set():
                 # A notice arrived while the journal was written: start nothing more; the
@@ -476,7 +485,7 @@ class Agent(Stopping):
                     self.pending.appendleft(held.episode_id)
                 break
             env = ep.episode_env(
-                base_env, self.config.run_id, run, self.manifest[run.episode_id], self.model_url
+                base_env, self.config.run_id, run, self.manifest[run.episode_id], self.model_url, place=place
             )
             run.started, run.started_mono = utc_now(), time.monotonic()
             run.timeout_at = run.started_mono + self.config.episodes.timeout_s
@@ -528,7 +537,7 @@ class Agent(Stopping):
         assert run.ended is not None
         n = self._take_number(episode)
         final = ended.outcome == "completed"
-        if ended.outcome == "model_failure":
+        if ended.outcome in ep.FAILURES:
             self.failures[episode] = self.failures.get(episode, 0) + 1
             final = self.failures[episode] >= self.config.episodes.max_attempts
         seconds = round(run.ended_mono - run.started_mono, 3)

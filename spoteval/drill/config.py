@@ -66,6 +66,7 @@ class DrillConfig:
     timeout_s: float = 170.0
     manifest: Path | None = None
     run_id: str | None = None
+    harness: str | None = None  # "inspect" or "lm-eval": the harness's shipped task, in shards
 
     def check(self) -> None:
         for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
@@ -82,6 +83,14 @@ class DrillConfig:
             raise DrillError(
                 "--server-command must contain {port}: the drill chooses the model server's port"
             )
+        if self.harness is not None:
+            from spoteval.harness import HARNESSES
+
+            if self.harness not in HARNESSES:
+                known = ", ".join(sorted(HARNESSES))
+                raise DrillError(f"--harness {self.harness!r} is not one of {known}")
+            if self.eval_command is not None or self.manifest is not None:
+                raise DrillError("--harness runs its shipped task: give no --eval-command or --manifest")
         if self.eval_command is not None:
             joined = " ".join(self.eval_command)
             for placeholder in ("{episode_id}", "{output}"):
@@ -180,6 +189,28 @@ def sample_eval_command(cfg: DrillConfig) -> tuple[str, ...]:
     )
 
 
+def harness_plan(cfg: DrillConfig) -> Any:
+    """The shipped task of `cfg.harness` in shards (a `spoteval.harness.shards.ShardPlan`)."""
+    from spoteval.harness.shards import plan
+    from spoteval.harness.tasks import shipped
+
+    assert cfg.harness is not None
+    block, samples = shipped(cfg.harness)
+    return plan(block, samples, parallel=cfg.concurrency)
+
+
+def eval_command(cfg: DrillConfig) -> tuple[str, ...]:
+    """The episode command of the drill: the user's, the harness shard runner's, or the sample's."""
+    if cfg.eval_command is not None:
+        return cfg.eval_command
+    if cfg.harness is not None:
+        from spoteval.harness.shards import episode_command
+        from spoteval.harness.tasks import shipped
+
+        return tuple(episode_command(shipped(cfg.harness)[0], sys.executable))
+    return sample_eval_command(cfg)
+
+
 def standin_command(cfg: DrillConfig) -> tuple[str, ...]:
     return (
         sys.executable,
@@ -207,7 +238,7 @@ def agent_config(
         server_url=f"http://127.0.0.1:{port}",
         server_command=server,
         ready_timeout_s=120,
-        episodes_command=cfg.eval_command or sample_eval_command(cfg),
+        episodes_command=eval_command(cfg),
         concurrency=cfg.concurrency,
         max_attempts=cfg.max_attempts,
         timeout_s=600,

@@ -43,7 +43,8 @@ from spoteval.drill.config import (
     Kill,
     agent_config,
     base_workload,
-    sample_eval_command,
+    eval_command,
+    harness_plan,
 )
 from spoteval.drill.display import Display
 from spoteval.drill.node import pythonpath
@@ -117,6 +118,10 @@ class Drill:
                 raise DrillError(f"--manifest {self.cfg.manifest}: {exc.strerror or exc}") from None
             except ValueError as exc:
                 raise DrillError(f"--manifest {self.cfg.manifest}: {exc}") from None
+        if self.cfg.harness is not None:
+            shards = harness_plan(self.cfg)
+            self._log(f"harness {self.cfg.harness}: {shards.describe()}")
+            return list(shards.entries)
         width = max(4, len(str(self.cfg.episodes)))
         return [ManifestEntry(f"ep-{i:0{width}d}", {"index": i}) for i in range(1, self.cfg.episodes + 1)]
 
@@ -344,7 +349,7 @@ class Drill:
             notice_at=notice_at,
             killed_at=killed_at,
             in_flight=tuple(sorted(in_flight)),
-            observed=identifiable(cfg.eval_command or sample_eval_command(cfg)),
+            observed=identifiable(eval_command(cfg)),
             agent_exit=code,
             capacity_delay_s=self.delays.expovariate(1.0 / cfg.capacity_delay_s),
         )

@@ -20,6 +20,7 @@ from spoteval.record import (
 )
 from spoteval.report.allocation import Allocation, Gap, _with_dispatch, allocation_of, allocations
 from spoteval.report.load import CONFIDENCE, Problem, RunRecord
+from spoteval.scores import TaskScores, task_scores
 
 # --- statistics ---------------------------------------------------------------------------------
 
@@ -155,6 +156,7 @@ class RunReport:
     generated: datetime
     placement: Mapping[str, Any] | None = None
     placement_note: str = ""
+    scores: tuple[TaskScores, ...] = ()  # harness shards' scores per task (spoteval/scores.py)
 
     @property
     def run_allocations(self) -> list[Allocation]:
@@ -370,7 +372,18 @@ def analyse(
         efficiency=_efficiency(allocs, episodes, tau, boot, wait),
         problems=tuple(record.problems) + tuple(problems),
         generated=now,
+        scores=tuple(run_scores(record)),
     )
+
+
+def run_scores(record: RunRecord) -> list[TaskScores]:
+    """Per-task scores of the run's harness shards (empty for a run of other episodes)."""
+    results = [
+        {"episode_id": r.episode_id, "outcome": r.outcome, "output": r.output}
+        for r in record.results.values()
+    ]
+    params = {e.id: e.params for e in record.manifest or ()}
+    return task_scores(results, params)
 
 
 #: The source name the restart measurement (spoteval/measure) writes into its events.

@@ -13,6 +13,7 @@ from spoteval.record import (
 from spoteval.report.allocation import allocation_of
 from spoteval.report.analysis import RunReport, Stat
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub_json
+from spoteval.scores import as_json as scores_json
 
 # --- JSON ---------------------------------------------------------------------------------------
 
@@ -115,6 +116,7 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
             "note": eff.note,
         },
     }
+    out["scores"] = scores_json(report.scores)
     if shared:
         out["problems"] = _shared_problems(report.problems)
         out["cost"] = _shared_cost(report)

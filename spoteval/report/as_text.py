@@ -11,6 +11,7 @@ from datetime import datetime
 from spoteval.report.analysis import RunReport, Stat
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
+from spoteval.scores import as_text as scores_text
 
 # --- text ---------------------------------------------------------------------------------------
 
@@ -162,6 +163,11 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
         f"{ep.completed} completed, {ep.model_failures} final model failures, "
         f"{ep.pending if ep.pending is not None else '?'} pending"
     )
+    harness_errors = sum(1 for r in report.record.results.values() if r.outcome == "harness_error")
+    if harness_errors:
+        say(f"Harness errors: {harness_errors} episodes failed for reasons that are not the model's")
+    if report.scores:
+        say(scores_text(report.scores).rstrip("\n"))
     say(
         f"Attempts: {sum(att.values())} ({', '.join(f'{k} {v}' for k, v in sorted(att.items())) or 'none'}); "
         f"concurrency {ep.concurrency or '?'} ({ep.concurrency_source})"

@@ -27,6 +27,11 @@ def workload_from_run(report: RunReport, base: Mapping[str, Any] | None = None) 
     Everything the record cannot know (other options' prices, deadline, margin, grant) comes from
     `base`. With no preemption tau has no point estimate: the interval's lower bound is used, which
     favours the non-preemptible options (the cautious side).
+
+    A run of harness shards (spoteval/harness/) resumes a shard from its finished samples, so its
+    unit of work is the sample: D_i is each sample's model time plus its share of its shard's
+    harness start-up (start-up / samples in the shard, counted once per shard), the episode count
+    is the number of samples, and B gains the mean start-up (a restarted shard pays it again).
     """
     out: dict[str, Any] = json.loads(json.dumps(dict(base or {})))
     ep = report.episodes
@@ -37,6 +42,9 @@ def workload_from_run(report: RunReport, base: Mapping[str, Any] | None = None) 
     if ep.durations_s:
         out.pop("episode_minutes", None)
         out["episode_minutes_samples"] = [round(d / 60.0, 6) for d in ep.durations_s]
+    harness = harness_timing(report)
+    if harness is not None:
+        out["episodes"], out["episode_minutes_samples"], startup_s = harness
     if ep.concurrency:
         out["concurrency"] = ep.concurrency
     if report.tau is not None:
@@ -56,6 +64,8 @@ def workload_from_run(report: RunReport, base: Mapping[str, Any] | None = None) 
         restart["boot_minutes"] = (report.boot.mean + report.efficiency.notice_tail_s) / 60.0
     elif report.measured_boot is not None:
         restart["boot_minutes"] = report.measured_boot.mean / 60.0
+    if harness is not None and "boot_minutes" in restart:
+        restart["boot_minutes"] += startup_s / 60.0
     if restart:
         out["restart"] = restart
     spot = _mean_price(report.allocations, "spot")
@@ -64,6 +74,28 @@ def workload_from_run(report: RunReport, base: Mapping[str, Any] | None = None) 
         prices["spot"] = spot
         out["prices"] = prices
     return out
+
+
+def harness_timing(report: RunReport) -> tuple[int, list[float], float] | None:
+    """(samples, D_i in minutes per sample, mean start-up seconds) of a run's harness shards, or None."""
+    samples: list[float] = []
+    startups: list[float] = []
+    for result in report.record.results.values():
+        out = result.output
+        if result.outcome != "completed" or not isinstance(out, Mapping) or "harness" not in out:
+            continue
+        rows = [s for s in out.get("samples") or [] if isinstance(s, Mapping)]
+        startup = out.get("startup_s")
+        startup = float(startup) if isinstance(startup, int | float) else 0.0
+        startups.append(startup)
+        for row in rows:
+            model_s = row.get("model_s")
+            seconds = float(model_s) if isinstance(model_s, int | float) else 0.0
+            samples.append(round((seconds + startup / len(rows)) / 60.0, 6))
+    if not samples:
+        return None
+    total = sum(len(e.params.get("samples") or []) for e in report.record.manifest or ())
+    return total or len(samples), samples, sum(startups) / len(startups)
 
 
 def unmeasured(report: RunReport) -> list[str]:
