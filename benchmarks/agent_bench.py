@@ -13,7 +13,8 @@ Two runs of `python -m spoteval.agent` (provider local, the stand-in model serve
    (both seen by polling the store from this process, so they include up to one listing's delay).
 
 Targets: durable p99 <= 1 s, notice event <= 1 s, all in-flight recorded <= 3 s, RSS <= 150 MB.
-A measurement, not a test: it prints figures and exits non-zero only when a run fails.
+A measurement, not a test: it prints every figure, then one line per target missed; it exits 1 when
+a target is missed, a figure could not be measured, or a run fails.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ from spoteval.store import Store
 from tests import servers
 from tests.fake_metadata import agent_config, cleanup_tagged, start_agent, write_config, write_manifest
 
+#: figure -> its ceiling (seconds or MB); each is checked on every figure of that name measured
+TARGETS: dict[str, float] = {
+    "durable_p99_s": 1.0,
+    "notice_event_durable_s": 1.0,
+    "all_in_flight_recorded_s": 3.0,
+    "peak_rss_mb": 150.0,
+}
 TRIVIAL = ["sh", "-c", 'echo \'{"ok": true, "id": "{episode_id}"}\' > {output}']
 SLEEPY = ["sh", "-c", "sleep 120; echo '{}' > {output}"]
 
@@ -164,6 +172,21 @@ def _kinds(store: Store, prefix: str) -> set[str]:
     return set(_SEEN.values())
 
 
+def missed_targets(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per target a run missed, or whose figure is missing (an unmeasured figure is a miss)."""
+    out: list[str] = []
+    for run in runs:
+        for key, ceiling in TARGETS.items():
+            if key not in run:
+                continue
+            value = run[key]
+            if not isinstance(value, int | float):
+                out.append(f"target missed: {key} was not measured (target <= {ceiling:g})")
+            elif value > ceiling:
+                out.append(f"target missed: {key} = {value:.3f} > {ceiling:g}")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.agent_bench")
     parser.add_argument("--episodes", type=int, default=2000)
@@ -194,8 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"peak RSS: {t['peak_rss_mb']} MB (throughput run), {n['peak_rss_mb']} MB (notice run) "
         "(target <= 150 MB)",
     ]
-    print("\n".join(lines))
-    return 0
+    missed = missed_targets([t, n])
+    print("\n".join(lines + missed))
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -27,6 +27,11 @@ from spoteval.providers import K8S_FLAVOURS, K8sFlavour
 
 CONFIG_DIR: Final = "/etc/spot-eval"
 CACHE_MOUNT: Final = "/cache"
+#: The agent's spool (its config's default `spool_dir`), on a volume that outlives the pod: a result
+#: finished during a store outage, or a notice the store could not take, is uploaded by the next
+#: pod of the same Job index. Each index has its own folder on the claim.
+SPOOL_MOUNT: Final = "/var/lib/spot-eval/spool"
+SPOOL_GB: Final = 1
 #: a ConfigMap holds at most 1 MiB; keep a margin for keys and metadata
 CONFIG_MAP_LIMIT: Final = 1_000_000
 EXIT_BAD_CONFIG: Final = 2
@@ -226,6 +231,17 @@ class EvalWorkload(pulumi.ComponentResource):
             ),
             opts=held(self, depends_on=depends),
         )
+        self.spool = core.v1.PersistentVolumeClaim(
+            f"{name}-agent-spool",
+            metadata=meta_("agent-spool", "agent"),
+            spec=core.v1.PersistentVolumeClaimSpecArgs(
+                # pods of several indexes may run on different nodes at once
+                access_modes=["ReadWriteOnce" if s.node.count <= 1 else "ReadWriteMany"],
+                storage_class_name=kube.storage_class,
+                resources=core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{SPOOL_GB}Gi"}),
+            ),
+            opts=held(self, depends_on=depends),
+        )
         self.job: batch.v1.Job | None = None
         self.deployment: apps.v1.Deployment | None = None
         self.service: core.v1.Service | None = None
@@ -354,7 +370,17 @@ class EvalWorkload(pulumi.ComponentResource):
                                                 field_path="metadata.name"
                                             )
                                         ),
-                                    )
+                                    ),
+                                    core.v1.EnvVarArgs(
+                                        name="JOB_COMPLETION_INDEX",
+                                        value_from=core.v1.EnvVarSourceArgs(
+                                            field_ref=core.v1.ObjectFieldSelectorArgs(
+                                                field_path=(
+                                                    "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                                                )
+                                            )
+                                        ),
+                                    ),
                                 ],
                                 resources=core.v1.ResourceRequirementsArgs(
                                     requests={"cpu": "2", "memory": "4Gi"}, limits={"memory": "8Gi"}
@@ -362,7 +388,12 @@ class EvalWorkload(pulumi.ComponentResource):
                                 volume_mounts=[
                                     core.v1.VolumeMountArgs(
                                         name="agent", mount_path=CONFIG_DIR, read_only=True
-                                    )
+                                    ),
+                                    core.v1.VolumeMountArgs(
+                                        name="spool",
+                                        mount_path=SPOOL_MOUNT,
+                                        sub_path_expr="index-$(JOB_COMPLETION_INDEX)",
+                                    ),
                                 ],
                             )
                         ],
@@ -370,7 +401,13 @@ class EvalWorkload(pulumi.ComponentResource):
                             core.v1.VolumeArgs(
                                 name="agent",
                                 config_map=core.v1.ConfigMapVolumeSourceArgs(name=self.config.metadata.name),
-                            )
+                            ),
+                            core.v1.VolumeArgs(
+                                name="spool",
+                                persistent_volume_claim=core.v1.PersistentVolumeClaimVolumeSourceArgs(
+                                    claim_name=self.spool.metadata.name
+                                ),
+                            ),
                         ],
                         **_placement(s, flavour, gpu=False),
                     ),

@@ -83,6 +83,7 @@ def stack_config_args(settings: Settings) -> dict[str, Any]:
         "max_runtime_s": settings.stop.max_runtime_s,
         "idle_s": settings.stop.idle_s,
         "budget": settings.grant.budget,
+        "price_cap": settings.grant.price_cap,
         "heartbeat_s": settings.eval.heartbeat_s,
         "currency": settings.grant.currency,
     }

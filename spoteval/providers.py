@@ -52,6 +52,8 @@ class Metadata:
     token_ttl_max_s: int | None = None
     #: event types that take the VM (Azure Scheduled Events)
     stopping_events: frozenset[str] = frozenset()
+    #: seconds between a host-maintenance notice and the maintenance (GCP `maintenance-event`)
+    maintenance_notice_s: int | None = None
 
     def url(self, name: str) -> str:
         return self.base_url + self.paths[name]
@@ -224,16 +226,20 @@ GCP: Final = ProviderFacts(
     title="GCP Spot VM",
     notice_s=30,
     notice_via="metadata long poll of instance/preempted (TRUE on preemption); then ACPI soft off, "
-    "hard off 30 s later; the shutdown-script runs best effort",
+    "hard off 30 s later; the shutdown-script runs best effort. Host maintenance of a GPU VM "
+    "(no live migration): instance/maintenance-event reads TERMINATE_ON_HOST_MAINTENANCE 60 s before "
+    "(https://cloud.google.com/compute/docs/metadata/getting-live-migration-notice)",
     sigterm_grace_s=30.0,
     metadata=Metadata(
         base_url="http://metadata.google.internal",
         headers={"Metadata-Flavor": "Google"},
         paths={
             "preempted": "/computeMetadata/v1/instance/preempted",
+            "maintenance_event": "/computeMetadata/v1/instance/maintenance-event",
             "instance": "/computeMetadata/v1/instance/",
         },
         poll_s=60.0,
+        maintenance_notice_s=60,
     ),
     price=PriceApi(
         url="https://cloudbilling.googleapis.com/v1",

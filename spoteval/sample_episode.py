@@ -9,8 +9,10 @@ id and seed), and writes its JSON result to `--output` (atomically: a killed epi
 partial file). Failures are deterministic per episode id and seed: an episode "fails" when the
 hash of (seed, episode id) falls below `--fail-rate`, on every attempt.
 
-`--trace FILE` appends `start ID PID` when the episode starts and `end ID PID CODE` just before it
-exits by itself (a killed episode leaves no `end` line): tests and drills count killed attempts.
+`--trace FILE` appends `start ID PID ATTEMPT` when the episode starts and `end ID PID CODE ATTEMPT`
+just before it exits by itself (a killed episode leaves no `end` line), where ATTEMPT is the name of
+the `--output` file without its folder and `.json` (the agent names it `{episode}.{incarnation}.
+{dispatch}`): tests and drills count killed attempts and match each line to a recorded attempt.
 
 Exit codes: 0 success; 1 the episode failed (injected failure or model server error); 2 bad arguments.
 """
@@ -69,9 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace", default=None, help="append start/end lines to this file")
     args = parser.parse_args(argv)
-    trace(args.trace, f"start {args.episode_id} {os.getpid()}")
+    stem = os.path.basename(args.output).removesuffix(".json")
+    trace(args.trace, f"start {args.episode_id} {os.getpid()} {stem}")
     code = run(args)
-    trace(args.trace, f"end {args.episode_id} {os.getpid()} {code}")
+    trace(args.trace, f"end {args.episode_id} {os.getpid()} {code} {stem}")
     return code
 
 

@@ -25,7 +25,13 @@ from typing import Any, Final
 from urllib.parse import urlparse
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
+from obstore.exceptions import (
+    AlreadyExistsError,
+    BaseError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
 from obstore.store import from_url
 
 SCHEMES: Final = ("s3", "gs", "az", "file", "memory")
@@ -47,7 +53,30 @@ _RETRY_KEYS: Final = frozenset({"max_retries", "retry_timeout", "init_backoff_s"
 
 
 class StoreError(Exception):
-    """The store cannot be opened or did not answer; the message names the URL or key."""
+    """The store cannot be opened or did not answer; the message names the URL or key.
+
+    `permanent` is True when retrying cannot help: access denied, bad credentials, a bad request, or
+    a bucket/container that does not exist (the service answered, and said no).
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+#: HTTP statuses after which a retry cannot succeed (as the store clients report them)
+_PERMANENT_STATUS: Final = ("400 Bad Request", "401 Unauthorized", "403 Forbidden")
+
+
+def _failed(what: str, exc: BaseException, *, missing_is_permanent: bool = False) -> StoreError:
+    """A StoreError for a failed operation, marked permanent when retrying cannot help."""
+    text = str(exc)
+    permanent = isinstance(exc, PermissionDeniedError | UnauthenticatedError) or any(
+        f"status code: {status}" in text for status in _PERMANENT_STATUS
+    )
+    if missing_is_permanent and (isinstance(exc, FileNotFoundError) or "404 Not Found" in text):
+        permanent = True  # a write (or a listing) answered 404: the bucket or container is missing
+    return StoreError(f"{what}: {_short(exc)}", permanent=permanent)
 
 
 def _duration(value: object, key: str) -> timedelta:
@@ -134,7 +163,7 @@ class Store:
         except FileNotFoundError:
             return None
         except (BaseError, OSError) as exc:
-            raise StoreError(f"get {self.join(key)}: {_short(exc)}") from None
+            raise _failed(f"get {self.join(key)}", exc) from None
 
     def exists(self, key: str) -> bool:
         try:
@@ -142,7 +171,7 @@ class Store:
         except FileNotFoundError:
             return False
         except (BaseError, OSError) as exc:
-            raise StoreError(f"head {self.join(key)}: {_short(exc)}") from None
+            raise _failed(f"head {self.join(key)}", exc) from None
         return True
 
     def put_new(self, key: str, data: bytes) -> bool:
@@ -152,7 +181,7 @@ class Store:
         except (AlreadyExistsError, PreconditionError, FileExistsError):
             return False
         except (BaseError, OSError) as exc:
-            raise StoreError(f"put {self.join(key)}: {_short(exc)}") from None
+            raise _failed(f"put {self.join(key)}", exc, missing_is_permanent=True) from None
         return True
 
     def put(self, key: str, data: bytes) -> None:
@@ -160,7 +189,7 @@ class Store:
         try:
             obstore.put(self._store, key, data)
         except (BaseError, OSError) as exc:
-            raise StoreError(f"put {self.join(key)}: {_short(exc)}") from None
+            raise _failed(f"put {self.join(key)}", exc, missing_is_permanent=True) from None
 
     def list(self, prefix: str) -> list[str]:
         """Every key under `prefix` (recursively), sorted."""
@@ -171,7 +200,7 @@ class Store:
         except FileNotFoundError:
             return []
         except (BaseError, OSError) as exc:
-            raise StoreError(f"list {self.join(prefix)}: {_short(exc)}") from None
+            raise _failed(f"list {self.join(prefix)}", exc, missing_is_permanent=True) from None
         return sorted(keys)
 
 

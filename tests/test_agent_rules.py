@@ -279,7 +279,9 @@ def test_recovery_plan_records_lost_attempts_writes_missing_results_and_queues_t
 def test_attempts_in_flight_at_a_notice_run_on_only_if_they_should_end_before_the_margin() -> None:
     from spoteval.agent.rules import finish_by, runs_on
 
-    assert finish_by(100.0, 220.0) == 205.0  # a quarter of 120 s is 30 s: the margin is at most 15 s
-    assert finish_by(100.0, 102.0) == 101.0  # at least 1 s
+    # 120 s: a margin of 15 s (30 % is 36 s, at most 15) and a SIGTERM grace of 10 s (a tenth: 12 s)
+    assert finish_by(100.0, 220.0) == 195.0
+    assert finish_by(100.0, 102.0) == 99.5  # 2 s: the margin is at least 2 s, the grace 0.5 s
+    assert finish_by(100.0, 105.0) == 102.5  # Runpod's 5 s: 2 s + 0.5 s
     assert runs_on(150.0, 50.0, 205.0) and not runs_on(160.0, 50.0, 205.0)
     assert not runs_on(150.0, None, 205.0)  # no completed attempt yet: no estimate, no running on

@@ -25,6 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,8 +47,13 @@ from tests.fake_metadata import (
     write_manifest,
 )
 from tests.fake_runpod import FakeRunpod
+from tests.faults import attempt_name, traced_attempts
 
 RUNPOD_NOTICE_S = 5.0
+
+
+def _stopped_by_agent(attempt: Any) -> bool:
+    return (attempt.error or "").startswith("killed by the agent")
 
 
 @pytest.fixture
@@ -115,7 +121,7 @@ def test_runpod_sigterm_then_sigkill_five_seconds_later_loses_no_completed_resul
         )
 
     assert wait_for(busy, 90, interval=0.05), agent.stderr()
-    in_flight_at_sigterm = sum(_trace(trace)[0].values()) - sum(map(len, _trace(trace)[1].values()))
+    in_flight_at_sigterm = sum(1 for _, code in traced_attempts(trace).values() if code is None)
     sigterm_at = time.monotonic()
     os.kill(agent.proc.pid, signal.SIGTERM)  # the container's main process: the agent
     exited_by_itself = wait_for(lambda: agent.proc.poll() is not None, RUNPOD_NOTICE_S, interval=0.02)
@@ -125,40 +131,38 @@ def test_runpod_sigterm_then_sigkill_five_seconds_later_loses_no_completed_resul
     took = time.monotonic() - sigterm_at
 
     # --- straight after the kill, before any restart ------------------------------------------
+    assert exited_by_itself, (
+        f"still running at Runpod's SIGKILL, {took:.2f} s after SIGTERM: {agent.stderr()}"
+    )
+    assert agent.proc.returncode == 0
     store = Store(s3_target.url, s3_target.options)
     record = read_record(store, "rp-notice")
-    starts, ends = _trace(trace)
-    completed = {e for e, codes in ends.items() if 0 in codes}
-    assert len(completed) >= 6
-    missing = sorted(e for e in completed if e not in record.results)
-    assert missing == [], f"completed but not durable after SIGKILL: {missing}\n{agent.stderr()}"
-    for episode in completed:
-        assert record.results[episode].outcome == "completed"
-        assert "completed" in record.outcomes(episode)
-    killed = {e: starts[e] - len(ends.get(e, [])) for e in starts if starts[e] > len(ends.get(e, []))}
-    assert in_flight_at_sigterm >= 5
-    assert sum(killed.values()) >= 1  # the rest of those in flight ended by themselves inside the notice
-    outcomes = [a.outcome for attempts in record.attempts.values() for a in attempts]
-    assert "model_failure" not in outcomes
-    recorded_interrupted = {
-        e for e, attempts in record.attempts.items() if "interrupted" in [a.outcome for a in attempts]
-    }
+    traced = traced_attempts(trace)
+    recorded = {attempt_name(a): a for attempts in record.attempts.values() for a in attempts}
+    assert len(recorded) == sum(len(v) for v in record.attempts.values())  # none recorded twice
+    # the agent exited inside the notice having recorded every attempt it started, each by how it ended
+    assert set(traced) <= set(recorded), sorted(set(traced) - set(recorded))
+    completed = {e for e, code in traced.values() if code == 0}
+    killed = {name for name, (_, code) in traced.items() if code is None}
+    assert in_flight_at_sigterm >= 5 and killed  # the notice cut work short (the set-up, not a result)
+    for name, a in recorded.items():
+        if name not in traced or traced[name][1] is None:  # killed (before or after its first line)
+            assert a.outcome == "interrupted", (name, a.outcome, a.error)
+        else:
+            assert traced[name][1] == 0 and a.outcome == "completed", (name, traced[name], a.outcome)
+            assert record.results[a.episode_id].outcome == "completed"
+    assert sorted(record.results) == sorted(completed)  # every completed episode is durable
     notices = [e for e in record.events if e.kind == "notice"]
     assert [(n.reason, n.provider) for n in notices] == [("sigterm", "runpod")]
     deadline_s = (parse_time(notices[0].details["deadline"]) - notices[0].time).total_seconds()
     assert deadline_s == pytest.approx(RUNPOD_NOTICE_S, abs=0.5)
     assert runpod_api.operations() == []  # a notice is the provider's stop: no podStop from the pod
-    if exited_by_itself:
-        # the agent had recorded every killed attempt before it exited inside the notice
-        assert agent.proc.returncode == 0
-        assert set(killed) <= recorded_interrupted, agent.stderr()
-        # also interrupted: an attempt killed before its process wrote its first trace line, or one
-        # that failed because the shutdown took its model server; never an episode that completed
-        extra = recorded_interrupted - set(killed)
-        assert not extra & completed, (extra, agent.stderr())
+    killed_by_episode = Counter(traced[name][0] for name in killed) + Counter(
+        a.episode_id for name, a in recorded.items() if name not in traced
+    )
     print(
-        f"SIGTERM -> agent exited by itself: {exited_by_itself}; SIGKILL after {took:.2f} s; "
-        f"{len(completed)} completed, {sum(killed.values())} killed, {len(recorded_interrupted)} recorded"
+        f"SIGTERM -> agent exited by itself after {took:.2f} s; "
+        f"{len(completed)} completed, {len(killed)} killed, {len(recorded)} attempts recorded"
     )
 
     # --- the pod comes back: the record is completed, nothing is lost or doubled ------------------
@@ -170,9 +174,9 @@ def test_runpod_sigterm_then_sigkill_five_seconds_later_loses_no_completed_resul
     final = read_record(store, "rp-notice")
     assert sorted(final.results) == ids
     assert all(final.results[e].outcome == "completed" for e in ids)
-    for episode, count in killed.items():
+    for episode in ids:
         interrupted = [a for a in final.attempts[episode] if a.outcome == "interrupted"]
-        assert len(interrupted) == count, (episode, final.outcomes(episode))
+        assert len(interrupted) == killed_by_episode[episode], (episode, final.outcomes(episode))
     assert "model_failure" not in [a.outcome for attempts in final.attempts.values() for a in attempts]
     for episode in completed:  # the result written before the kill is the one that stands
         assert final.results[episode] == record.results[episode]
@@ -224,16 +228,17 @@ def test_killed_attempts_the_pod_could_not_record_are_recovered_interrupted_on_t
 
         assert wait_for(settled, 90, interval=0.1), agent.stderr()
         time.sleep(1.2)  # a heartbeat listing what is in flight reaches the store
-        before = read_record(direct, "rp-lost")
         proxy.cut()
+        time.sleep(0.5)  # a write the store was already taking at the cut lands
+        before = read_record(direct, "rp-lost")
         sigterm_at = time.monotonic()
         os.kill(agent.proc.pid, signal.SIGTERM)
         time.sleep(max(0.0, sigterm_at + RUNPOD_NOTICE_S - time.monotonic()))
         agent.signal_all(signal.SIGKILL)
         agent.wait(10)
-        starts, ends = _trace(trace)
-        killed = {e: starts[e] - len(ends.get(e, [])) for e in starts if starts[e] > len(ends.get(e, []))}
+        killed = {name for name, (_, code) in traced_attempts(trace).items() if code is None}
         assert killed
+        [before_incarnation] = {e.details["incarnation"] for e in before.events}
         after_kill = read_record(direct, "rp-lost")
         assert after_kill.results == before.results  # nothing reached the store after the cut
         assert "interrupted" not in [a.outcome for v in after_kill.attempts.values() for a in v]
@@ -253,13 +258,23 @@ def test_killed_attempts_the_pod_could_not_record_are_recovered_interrupted_on_t
     assert sorted(final.results) == ids
     assert all(final.results[e].outcome == "completed" for e in ids)
     assert "model_failure" not in [a.outcome for v in final.attempts.values() for a in v]
-    for episode, count in killed.items():
-        interrupted = [a for a in final.attempts[episode] if a.outcome == "interrupted"]
-        assert len(interrupted) >= count, (episode, final.outcomes(episode))
-        if container_disk == "erased":  # recovered from the record by the next start: lost with the node
-            assert all(a.details.get("lost") is True for a in interrupted)
-        else:  # written by the notice handling, spooled, uploaded by the next start
-            assert len(interrupted) == count and not any(a.details.get("lost") for a in interrupted)
+    traced = traced_attempts(trace)
+    recorded = {attempt_name(a): a for v in final.attempts.values() for a in v}
+    assert len(recorded) == sum(len(v) for v in final.attempts.values())  # none recorded twice
+    assert set(traced) <= set(recorded)
+    interrupted = {name for name, a in recorded.items() if a.outcome == "interrupted"}
+    untraced = set(recorded) - set(traced)  # killed before the process wrote its first line
+    if container_disk == "kept":  # written by the notice handling, spooled, uploaded by the next start
+        # (also one the agent stopped in the instant between its last line and its exit)
+        cut_short = {n for n in interrupted - killed - untraced if _stopped_by_agent(recorded[n])}
+        assert interrupted == killed | untraced | cut_short
+        assert not any(recorded[name].details.get("lost") for name in interrupted)
+    else:  # recovered from the record by the next start: every attempt of the lost node not yet durable
+        durable = {attempt_name(a) for v in before.attempts.values() for a in v}
+        first = {name for name, a in recorded.items() if a.details["incarnation"] == before_incarnation}
+        assert interrupted == first - durable
+        assert killed <= interrupted
+        assert all(recorded[name].details.get("lost") is True for name in interrupted)
     for episode, result in before.results.items():
         assert final.results[episode] == result
     start = [e for e in final.events if e.kind == "start"][-1]

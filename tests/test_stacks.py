@@ -554,10 +554,38 @@ def test_kubernetes_model_server_runs_on_a_spot_gpu_with_its_cache() -> None:
         "cloud.google.com/gke-accelerator": "nvidia-l4",
     }
     assert deployment.inputs["spec"]["strategy"]["type"] == "Recreate"
-    claim = r.one("kubernetes:core/v1:PersistentVolumeClaim")
+    [claim] = [
+        c for c in r.of_type("kubernetes:core/v1:PersistentVolumeClaim") if c.name.endswith("-weights-cache")
+    ]
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim.inputs["metadata"]["name"]
     service = r.one("kubernetes:core/v1:Service").inputs
     assert service["spec"]["ports"][0]["port"] == 8000
+
+
+def test_kubernetes_agent_spool_outlives_the_pod_per_job_index() -> None:
+    """What a pod spooled (a store outage, a notice) is uploaded by the next pod of its index."""
+    r = kube()
+    [claim] = [
+        c for c in r.of_type("kubernetes:core/v1:PersistentVolumeClaim") if c.name.endswith("-agent-spool")
+    ]
+    assert claim.protect  # held, like the weights cache: a destroy of the compute keeps it
+    assert claim.inputs["spec"]["accessModes"] == ["ReadWriteOnce"]  # one node: one pod at a time
+    pod = pod_spec(kube().one("kubernetes:batch/v1:Job"))
+    [volume] = [v for v in pod["volumes"] if v["name"] == "spool"]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim.inputs["metadata"]["name"]
+    container = pod["containers"][0]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "spool"]
+    assert mount == {
+        "name": "spool",
+        "mountPath": "/var/lib/spot-eval/spool",
+        "subPathExpr": "index-$(JOB_COMPLETION_INDEX)",
+    }
+    index = next(e for e in container["env"] if e["name"] == "JOB_COMPLETION_INDEX")
+    assert index["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
+    config = json.loads(r.one("kubernetes:core/v1:ConfigMap").inputs["data"]["agent.json"])
+    assert "spool_dir" not in config  # the agent's default, /var/lib/spot-eval/spool, is the mount
 
 
 def test_kubernetes_agent_gets_its_bundle_config_and_identity_from_the_cluster() -> None:

@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 from spoteval.agent.config import AgentConfig, ConfigError, load
 from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
@@ -105,8 +106,15 @@ def upload_manifest(config: AgentConfig, path: str) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (AgentError, exit 2), not the multi-line usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise AgentError(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="spot-eval node agent")
+    parser = _Parser(prog=PROG, description="spot-eval node agent")
     parser.add_argument("command", nargs="?", choices=("run", "manifest"), default="run")
     parser.add_argument("manifest_file", nargs="?", help="manifest .jsonl (manifest command)")
     parser.add_argument("--config", required=True, help="agent.json")
@@ -115,8 +123,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started_mono, started_wall = time.monotonic(), utc_now()
-    args = _parser().parse_intermixed_args(argv)
     try:
+        args = _parser().parse_intermixed_args(argv)
         config = load(args.config)
         if args.command == "manifest":
             if not args.manifest_file:

@@ -87,6 +87,7 @@ class StopRules:
     max_runtime_s: float | None = None
     idle_s: float | None = None
     budget: float | None = None
+    price_cap: float | None = None  # the most per node-hour (the grant's price_cap)
     on_done: str = "exit"
     poweroff_command: tuple[str, ...] = DEFAULT_POWEROFF
 
@@ -110,6 +111,7 @@ class AgentConfig:
     boot_file: str = DEFAULT_BOOT_FILE
     sigterm_grace_s: float | None = None
     flush_timeout_s: float = 300.0
+    price_refresh_s: float | None = None  # None: the provider's interval (see agent/price.py)
 
     def store_options_with_defaults(self) -> dict[str, Any]:
         return {**STORE_DEFAULTS, **self.store_options}
@@ -275,6 +277,7 @@ def parse(raw: object) -> AgentConfig:
             max_runtime_s=rules_s.opt_number("max_runtime_s", positive=True),
             idle_s=rules_s.opt_number("idle_s", positive=True),
             budget=rules_s.opt_number("budget", positive=True),
+            price_cap=rules_s.opt_number("price_cap", positive=True),
             on_done=on_done,
             poweroff_command=poweroff,
         )
@@ -283,11 +286,12 @@ def parse(raw: object) -> AgentConfig:
     reads_own_price = (
         facts is not None and facts.price is not None and node.market in facts.price.node_markets
     )
-    if rules.budget is not None and price is None and not reads_own_price:
-        raise ConfigError(
-            f"stop_rules.budget: needs price.per_hour (a {provider} {node.market} node cannot read its "
-            "own price, so the budget could never be checked)"
-        )
+    for rule, value in (("budget", rules.budget), ("price_cap", rules.price_cap)):
+        if value is not None and price is None and not reads_own_price:
+            raise ConfigError(
+                f"stop_rules.{rule}: needs price.per_hour (a {provider} {node.market} node cannot read "
+                f"its own price, so the {rule} could never be checked)"
+            )
 
     config = AgentConfig(
         run_id=run_id,
@@ -307,6 +311,7 @@ def parse(raw: object) -> AgentConfig:
         boot_file=_abs_path(top.opt_string("boot_file"), "boot_file") or DEFAULT_BOOT_FILE,
         sigterm_grace_s=top.opt_number("sigterm_grace_s", positive=True),
         flush_timeout_s=top.number("flush_timeout_s", 300.0, positive=True),
+        price_refresh_s=top.opt_number("price_refresh_s", positive=True),
     )
     top.done()
     return config
@@ -352,6 +357,7 @@ def build_agent_config(
     max_runtime_s: float | None = None,
     idle_s: float | None = None,
     budget: float | None = None,
+    price_cap: float | None = None,
     price_per_hour: float | None = None,
     currency: str = "USD",
     store_options: Mapping[str, Any] | None = None,
@@ -382,7 +388,13 @@ def build_agent_config(
     if ready_timeout_s is not None:
         server["ready_timeout_s"] = ready_timeout_s
     stop_rules: dict[str, Any] = {"on_done": on_done}
-    for key, value in (("max_runtime_s", max_runtime_s), ("idle_s", idle_s), ("budget", budget)):
+    rules = (
+        ("max_runtime_s", max_runtime_s),
+        ("idle_s", idle_s),
+        ("budget", budget),
+        ("price_cap", price_cap),
+    )
+    for key, value in rules:
         if value is not None:
             stop_rules[key] = value
     config: dict[str, Any] = {"run_id": run_id, "store": store}

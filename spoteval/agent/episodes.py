@@ -7,8 +7,8 @@ An attempt's outcome:
   sample, a crash before the model), exit 2 (bad arguments, as argparse and shells report them),
   or a command that cannot be started -> `harness_error`, never counted against the model;
 - any other exit, exit 0 without usable output, or killed at `timeout_s` -> `model_failure`;
-- killed by the agent because the capacity is going away (notice, or a stop rule ending the run)
-  -> `interrupted`.
+- stopped by the agent because the capacity is going away (notice, or a stop rule ending the run)
+  -> `interrupted`: SIGTERM first (a harness can save its state), SIGKILL after a grace.
 
 A failure that is not the agent's own kill is held for `SETTLE_S` before it becomes final: when a
 node shuts down, the OS may signal the episodes (and the model server) at the same moment as the
@@ -59,7 +59,8 @@ class Running:
     timeout_at: float
     proc: subprocess.Popen[bytes] | None = None
     kill_reason: str | None = None
-    kill_at: float | None = None  # while stopping: when it must be killed
+    term_at: float | None = None  # while stopping: when it gets SIGTERM (then `kill_at`)
+    kill_at: float | None = None  # while stopping: when it is SIGKILLed
     returncode: int | None = None
     ended: datetime | None = None
     ended_mono: float = 0.0
@@ -108,6 +109,19 @@ def spawn(
         on_exit(run)
 
     threading.Thread(target=wait, name=f"episode-{run.episode_id}", daemon=True).start()
+
+
+def terminate(run: Running, reason: str, grace_s: float, now: float) -> None:
+    """SIGTERM the attempt's process group (a harness can save its state), SIGKILL it `grace_s`
+    later (see `kill`); the first reason given is kept."""
+    if run.kill_reason is None:
+        run.kill_reason = reason
+    run.term_at = None
+    run.kill_at = now + grace_s if run.kill_at is None else min(run.kill_at, now + grace_s)
+    proc = run.proc
+    if proc is not None and proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
 
 
 def kill(run: Running, reason: str) -> None:
@@ -248,25 +262,6 @@ class ModelServer:
         self.log_path = log_path
         self.env = dict(env)
         self.proc: subprocess.Popen[bytes] | None = None
-        self.healthy_mono: float | None = None  # when the health URL first answered
-        self.probed = threading.Event()  # set once the probe knows: healthy, exited, or timed out
-
-    def probe(self, stopping: threading.Event) -> None:
-        """From now, in a thread: note when the health URL first answers (until the server exits,
-        `ready_timeout_s` passes or `stopping` is set), then set `probed`."""
-
-        def run() -> None:
-            deadline = time.monotonic() + self.config.ready_timeout_s
-            while time.monotonic() < deadline and not stopping.is_set():
-                if self.healthy():
-                    self.healthy_mono = time.monotonic()
-                    break
-                if self.exit_code() is not None:
-                    break
-                time.sleep(0.1)
-            self.probed.set()
-
-        threading.Thread(target=run, name="health", daemon=True).start()
 
     def start(self) -> None:
         if not self.config.command:
@@ -289,11 +284,12 @@ class ModelServer:
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def healthy(self) -> bool:
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """Whether the health URL answers 2xx; a reply that is not HTTP raises (the prober logs it)."""
         try:
-            with urllib.request.urlopen(self.config.health_url, timeout=2) as resp:
+            with urllib.request.urlopen(self.config.health_url, timeout=timeout) as resp:
                 return bool(200 <= resp.status < 300)
-        except (urllib.error.URLError, OSError, ValueError):
+        except (urllib.error.URLError, OSError):
             return False
 
     def stop(self, grace_s: float = 5.0) -> None:

@@ -23,6 +23,7 @@ An *incarnation* is one run of the agent process; every event it writes carries
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -395,9 +396,16 @@ def read_history(
     node: str,
     now: datetime,
     pool: ThreadPoolExecutor,
+    extra_events: Iterable[Event] = (),
 ) -> History:
-    """Read events, results and attempt numbers; attempts only of episodes that need a look."""
+    """Read events, results and attempt numbers; attempts only of episodes that need a look.
+    `extra_events` (what the local spool still holds) count as if they were in the store already."""
     events, problems = read_events(store, layout, pool)
+    seen = {json.dumps(e.to_json(), sort_keys=True) for e in events}
+    for extra in extra_events:
+        if json.dumps(extra.to_json(), sort_keys=True) not in seen:  # not uploaded yet
+            events.append(extra)
+    events.sort(key=lambda e: e.time)
     results = frozenset(
         e for e in (layout.episode_of_result(k) for k in store.list(layout.results_prefix)) if e is not None
     )

@@ -3,15 +3,21 @@
 One thread (this loop) owns the scheduling state; episode waiter threads, notice watchers and the
 uploader only post messages to its queue. The order of a run:
 
-1. upload what the spool still holds from an earlier incarnation on this disk;
-2. start the model server (it warms up while the record is read);
-3. read the record and apply what `history.plan_recovery` decides from it: start reason, attempts
+1. watch for notices (SIGTERM and the provider's metadata service), from the first moment;
+2. queue what the spool still holds from an earlier incarnation on this disk for upload;
+3. start the model server (it warms up while the record is read; agent/health.py keeps its health
+   in a thread; it is stopped while the store does not answer, and started again once it does);
+4. read the record and apply what `history.plan_recovery` decides from it: start reason, attempts
    an earlier incarnation lost (recorded `interrupted`), results an earlier incarnation recorded as
-   attempts but not as results (written now);
-4. `start` event, then watch for notices, wait for the server, dispatch, `ready` event;
-5. every ended attempt goes to the uploader at once (spool first); a heartbeat listing what is in
-   flight is durable before new attempts start, and every `heartbeat_s`;
-6. a notice or a stop rule ends the run: see spoteval/agent/stopping.py.
+   attempts but not as results (written now); what the spool holds counts as recorded
+   (agent/spooled.py), so it is neither lost nor run again;
+5. `start` event, wait for the server, dispatch, `ready` event;
+6. every ended attempt goes to the uploader at once (spool first); a heartbeat listing what is in
+   flight is durable before new attempts start, and every `heartbeat_s`; the price is re-read at
+   its interval (agent/price.py);
+7. a notice or a stop rule ends the run: see spoteval/agent/stopping.py. A notice that comes while
+   the record is still being read ends it there; a store that refuses writes for good ends it with
+   exit code 1.
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final
 
@@ -34,29 +39,31 @@ from spoteval.agent import history as hist
 from spoteval.agent import tally
 from spoteval.agent.boot import billed_from, boot_times, ready_details
 from spoteval.agent.config import AgentConfig
+from spoteval.agent.health import ServerWatch
 from spoteval.agent.notices import (
     SIGTERM_GRACE_S,
     Notice,
     SignalWatcher,
     Watcher,
-    provider_watcher,
+    provider_watchers,
     start_watcher,
     stderr_log,
 )
-from spoteval.agent.price import DEFAULT_CURRENCY, Price, resolve_price
-from spoteval.agent.rules import RunState, Stop, should_stop
-from spoteval.agent.stopping import NOTICE_WAIT_S, Stopping
+from spoteval.agent.price import DEFAULT_CURRENCY, Ledger, Price, refresh_interval, reread, resolve_price
+from spoteval.agent.rules import RunState, Stop, outage_backlog, should_stop
+from spoteval.agent.starting import Starting
+from spoteval.agent.stopping import NOTICE_WAIT_S, Fatal, Stopping
 from spoteval.agent.uploader import ATTEMPT, EVENT, Item, Uploader
 from spoteval.manifest import ManifestEntry
 from spoteval.record import Attempt, Event, RunLayout, format_time, utc_now
-from spoteval.store import Store, StoreError
+from spoteval.store import Store
 
 JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway
 UPLOAD_THREADS: Final = 16
 BACKLOG: Final = 2 * UPLOAD_THREADS  # objects allowed to wait for the store before dispatch holds back
 
 
-class Agent(Stopping):
+class Agent(Starting, Stopping):
     def __init__(
         self,
         config: AgentConfig,
@@ -83,6 +90,10 @@ class Agent(Stopping):
         self.work_dir = config.run_work_dir()
         self.model_url = config.server.url
         self.server = ep.ModelServer(config.server, os.path.join(self.work_dir, "server.log"), os.environ)
+        self.stopping_watchers = threading.Event()
+        self.health = ServerWatch(self.server, self.stopping_watchers, log)
+        self.ledger = Ledger()  # this incarnation's money at each price it read
+        self.spooled: list[Item] = []  # what an earlier incarnation left in the spool
         # scheduling state (this thread only)
         self.pending: deque[str] = deque()
         self.running: dict[str, ep.Running] = {}
@@ -106,7 +117,6 @@ class Agent(Stopping):
         self.billed_from = billed_from(config.node.provider, self.boot, started_wall)
         self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         self.watchers: dict[str, Watcher] = {}
-        self.stopping_watchers = threading.Event()
         self.uploader: Uploader | None = None
 
     # --- plumbing -------------------------------------------------------------------------------
@@ -158,7 +168,7 @@ class Agent(Stopping):
         is handled first, whatever the store is doing."""
         deadline = time.monotonic() + timeout
         while not item.done.wait(0.05):
-            if self.up.store_down or time.monotonic() >= deadline:
+            if self.up.store_down or self.up.fatal is not None or time.monotonic() >= deadline:
                 return False
             if until_notice and self.noticed.is_set():
                 return False
@@ -187,17 +197,23 @@ class Agent(Stopping):
         return self.prev.seconds + self._mine_s()
 
     def _cost(self) -> float | None:
+        """Earlier incarnations from the record, and this one at each price it read."""
         if self.price.per_hour is None or self.prev.cost is None:
             return None
-        return self.prev.cost + self.price.per_hour * self._mine_s() / 3600.0
+        return self.prev.cost + self.ledger.cost(self.price, self._mine_s())
 
     # --- the run --------------------------------------------------------------------------------
 
     def run(self) -> int:
         signals = SignalWatcher(self.config.sigterm_grace_s or SIGTERM_GRACE_S[self.config.node.provider])
         signals.install()
-        start_watcher(signals, self._deliver, self.stopping_watchers)
-        self.watchers[signals.name] = signals
+        node = self.config.node
+        found = provider_watchers(
+            node.provider, self.config.metadata_url, self.config.metadata_poll_s, self.log
+        )
+        for watcher in [signals, *found]:  # from the first moment: a notice may come at any time
+            self.watchers[watcher.name] = watcher
+            start_watcher(watcher, self._deliver, self.stopping_watchers, self.log)
         os.makedirs(self.work_dir, exist_ok=True)
         self.uploader = Uploader(
             self.store,
@@ -207,16 +223,28 @@ class Agent(Stopping):
             on_done=self._on_durable,
             log=self.log,
         )
-        leftovers = self.up.load_spool()
-        if leftovers:
-            self.log(f"uploading {len(leftovers)} object(s) an earlier incarnation left in the spool")
-            if not self._flush_starting():
-                self.log("the store did not take the spooled objects yet; they stay spooled")
-        self.server.start()
-        self.server.probe(self.stopping_watchers)
+        try:
+            return self._run()
+        except Fatal as exc:
+            self.log(f"the run cannot go on: {exc}; {self.up.outstanding} object(s) stay in the spool")
+            return 1
+        finally:
+            self.stopping_watchers.set()
+            self.health.stop()
+            self.up.close()
+
+    def _run(self) -> int:
+        self.spooled = self.up.load_spool()  # uploaded meanwhile; recovery counts it as recorded
+        if self.spooled:
+            self.log(f"uploading {len(self.spooled)} object(s) an earlier incarnation left in the spool")
+        self.health.start()
         t0 = time.monotonic()
         self.price = resolve_price(self.config)
-        reason, reason_details, resolved, recovered = self._recover()
+        recovered = self._recover()
+        if recovered is None:  # a notice came while the record could not be read: handle it now
+            self._pump(0)
+            return self._finish()
+        reason, reason_details, resolved, recovered_counts = recovered
         self.record_read_s = time.monotonic() - t0
         start_details: dict[str, Any] = {
             **reason_details,
@@ -226,7 +254,7 @@ class Agent(Stopping):
             "max_attempts": self.config.episodes.max_attempts,
             "billed_from": format_time(self.billed_from),
             "resolved": resolved,
-            "recovered": recovered,
+            "recovered": recovered_counts,
             "record_read_s": round(self.record_read_s, 3),
             "episodes": {"total": len(self.order), "final": len(self.final), "pending": len(self.pending)},
             "pid": os.getpid(),
@@ -238,80 +266,14 @@ class Agent(Stopping):
             f"{len(self.pending)} to run, {len(self.final)} final, price {self.price.per_hour} "
             f"{self.price.recorded_currency or ''} ({self.price.source})"
         )
-        watcher = provider_watcher(
-            self.config.node.provider, self.config.metadata_url, self.config.metadata_poll_s, self.log
-        )
-        if watcher is not None:
-            self.watchers[watcher.name] = watcher
-            start_watcher(watcher, self._deliver, self.stopping_watchers)
-        try:
-            if self.pending and not self._wait_healthy():
-                return self._finish()
-            self._loop()
+        interval = refresh_interval(self.config)
+        if interval is not None and self.price.source == "api":
+            args = (self.config, interval, self.stopping_watchers, self.messages, self.log)
+            threading.Thread(target=reread, args=args, name="price", daemon=True).start()
+        if self.pending and not self._wait_healthy():
             return self._finish()
-        finally:
-            self.stopping_watchers.set()
-            self.server.stop()
-            self.up.close()
-
-    # --- start: recovery from the record --------------------------------------------------------
-
-    def _read_history(self) -> tuple[hist.History, datetime]:
-        """The record as it is now; the record must be read before anything starts: wait for it."""
-        backoff = 0.5
-        while True:
-            now = utc_now()
-            try:
-                with ThreadPoolExecutor(max_workers=16) as pool:
-                    history = hist.read_history(
-                        self.store, self.layout, self.order, node=self.config.node.id, now=now, pool=pool
-                    )
-                return history, now
-            except StoreError as exc:
-                if self.noticed.is_set():
-                    raise
-                self.log(f"reading the run record: {exc}; retrying in {backoff:.1f} s")
-                time.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
-
-    def _recover(self) -> tuple[str, dict[str, Any], list[str], dict[str, int]]:
-        history, now = self._read_history()
-        for problem in history.problems[:5]:
-            self.log(f"record: {problem}")
-        plan = hist.plan_recovery(
-            history,
-            self.config.node.id,
-            now,
-            self.order,
-            max_attempts=self.config.episodes.max_attempts,
-            incarnation=self.incarnation,
-        )
-        self.next_n.update(plan.next_n)
-        self.failures.update(plan.failures)
-        self.final.update(plan.final)
-        self.pending.extend(plan.pending)
-        for attempt in plan.interrupted:
-            self.up.submit(Item(ATTEMPT, attempt.to_json()))
-        for attempt in plan.results:
-            self.up.submit(Item(ATTEMPT, attempt.to_json(), write_result=True))
-        recovered = {"lost_attempts": len(plan.interrupted), "results": len(plan.results)}
-        if plan.lost or plan.results:
-            self.log(
-                f"recorded {recovered['lost_attempts']} attempt(s) lost with an earlier incarnation as "
-                f"interrupted; {recovered['results']} result(s) recovered from attempts"
-            )
-        if not self._flush_starting():
-            self.log("the store did not take the recovered attempts yet; they stay spooled")
-        self.prev = hist.billed(hist.intervals(history, self.price.per_hour))
-        return plan.reason, dict(plan.details), list(plan.resolved), recovered
-
-    def _flush_starting(self) -> bool:
-        """Wait for the uploads of start-up, but not past a notice (it is handled next)."""
-        deadline = time.monotonic() + self.config.flush_timeout_s
-        while time.monotonic() < deadline and not self.noticed.is_set():
-            if self.up.flush(0.2):
-                return True
-        return self.up.flush(0)
+        self._loop()
+        return self._finish()
 
     def _take_number(self, episode: str) -> int:
         n = self.next_n.get(episode, 1)
@@ -321,14 +283,16 @@ class Agent(Stopping):
     # --- waiting for the model server -----------------------------------------------------------
 
     def _wait_healthy(self) -> bool:
-        while not self.server.probed.is_set():
+        while not self.health.checked.is_set():
             self._pump(0.1)
             if self.notice is not None:
                 return False
+            if self.up.fatal is not None:
+                raise Fatal("the store refuses writes (above)")
         code = self.server.exit_code()
         if code is not None:
             return self._server_failed(f"model server exited with {code}: {self.server.log_tail()[-300:]}")
-        if self.server.healthy_mono is None:
+        if self.health.healthy_mono is None:
             return self._server_failed(
                 f"model server not healthy at {self.config.server.health_url} within "
                 f"{self.config.server.ready_timeout_s:g} s"
@@ -349,15 +313,18 @@ class Agent(Stopping):
             now = time.monotonic()
             wake = min(next_heartbeat, now + 0.5)
             for run in self.running.values():
-                wake = min(wake, run.kill_at if run.kill_at is not None else run.timeout_at)
+                wake = min([wake, run.timeout_at, *(t for t in (run.term_at, run.kill_at) if t is not None)])
             if self.settling:
                 wake = min(wake, self.settling[0][0].ended_mono + ep.SETTLE_S)
             if self.pending and self._free_slots() > 0 and self.stop is None and self.notice is None:
                 wake = now
             self._pump(max(0.0, wake - now))
             now = time.monotonic()
-            self._settle(now)
+            with self.up.batch():
+                self._settle(now)
             self._kill_due(now)
+            if self.up.fatal is not None and self.stop is None:
+                self._begin_stop(Stop("store_refused", {"error": str(self.up.fatal)}))
             if self.stop is None and self.notice is None:
                 code = self.server.exit_code()
                 if code is not None:
@@ -374,6 +341,7 @@ class Agent(Stopping):
                     uptime_s=self._uptime_s(),
                     cost=self._cost(),
                     idle_s=idle,
+                    price_per_hour=self.price.per_hour,
                 )
                 stop = should_stop(state, self.config.stop_rules)
                 if stop is not None:
@@ -391,6 +359,10 @@ class Agent(Stopping):
             message = self.messages.get(timeout=timeout) if timeout > 0 else self.messages.get_nowait()
         except queue.Empty:
             return
+        with self.up.batch():  # what these messages spool is fsynced once, at the end
+            self._handle(message)
+
+    def _handle(self, message: tuple[str, Any]) -> None:
         while True:
             kind, payload = message
             if kind == "exit":
@@ -399,6 +371,8 @@ class Agent(Stopping):
                 self._on_notice(payload)
             elif kind == "durable":
                 self._on_recorded(payload)
+            elif kind == "price":
+                self._on_price(payload)
             if self.notice is not None and kind == "notice":
                 return  # handled: the caller decides what comes next
             try:
@@ -426,10 +400,15 @@ class Agent(Stopping):
 
         While uploads lag, at most `BACKLOG` objects wait for the store (twice the upload threads:
         enough to keep them busy); beyond that new attempts wait. During an outage (the store does
-        not answer at all) work goes on and the spool absorbs it.
+        not answer at all) work goes on and the spool absorbs it, up to `outage_backlog` objects.
         """
         free = self.config.episodes.concurrency - len(self.running)
-        if free > 0 and not self.up.store_down:
+        if self.up.disk_full:  # a spool disk without room: nothing new until it has some
+            return 0
+        if free > 0 and self.up.store_down:  # up to `outage_backlog` objects (running ones to come)
+            waiting = self.up.backlog + len(self.running)
+            free = min(free, outage_backlog(self.config.episodes.concurrency) - waiting)
+        elif free > 0:
             free = min(free, BACKLOG - self.up.outstanding)
         return max(0, free)
 
@@ -499,7 +478,7 @@ class Agent(Stopping):
         details = ready_details(
             self.boot,
             self.started_mono,
-            healthy_mono=self.server.healthy_mono,
+            healthy_mono=self.health.healthy_mono,
             first_dispatch_mono=self.first_dispatch_mono,
             record_read_s=self.record_read_s,
             server_started_by_agent=bool(self.config.server.command),
@@ -524,7 +503,7 @@ class Agent(Stopping):
         self._finalize(run, ended)
 
     def _during_shutdown(self, run: ep.Running, ended: ep.Ended) -> ep.Ended:
-        server_gone = self.server.exit_code() is not None or not self.server.healthy()
+        server_gone = self.server.exit_code() is not None or not self.health.ok  # (kept by a thread)
         return ep.during_shutdown(run, ended, server_gone=server_gone)
 
     def _settle(self, now: float) -> None:
@@ -575,14 +554,15 @@ class Agent(Stopping):
         details = item.payload.get("details") or {}
         if details.get("incarnation") == self.incarnation:
             self.in_flight.pop((str(item.payload["episode_id"]), int(details.get("dispatch", 0))), None)
-            if item.write_result:
+            if item.write_result and item.result_written:  # the result stored is this one
                 self.counts["results"] += 1
                 if item.payload.get("outcome") == "completed":
                     self.durable_s.append(time.monotonic() - item.submitted)
 
-    def _kill_due(self, now: float) -> None:
-        for run in list(self.running.values()):
-            if run.kill_at is not None and now >= run.kill_at:
-                ep.kill(run, ep.KILL_CAPACITY)
-            elif run.kill_reason is None and now >= run.timeout_at:
-                ep.kill(run, ep.KILL_TIMEOUT)
+    def _on_price(self, price: Price) -> None:
+        if (price.per_hour, price.currency) != (self.price.per_hour, self.price.currency):
+            self.ledger.change(self.price, self._mine_s())
+            self.log(
+                f"price now {price.per_hour} {price.recorded_currency or ''} (was {self.price.per_hour})"
+            )
+            self.price = price

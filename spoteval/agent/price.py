@@ -14,7 +14,10 @@ where one answers a node with the standard library alone -> `unknown`.
 from __future__ import annotations
 
 import json
+import queue
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from spoteval.agent.aws_price import spot_price_now
@@ -74,10 +77,24 @@ def aws_spot_price(config: AgentConfig) -> Price:
     return Price(found.per_hour, "USD", "api", {"price_timestamp": found.timestamp})
 
 
+#: How often a running agent re-reads the price from its provider's API (seconds; `price_refresh_s`
+#: in the config overrides it). A choice, not a provider fact: neither DescribeSpotPriceHistory nor
+#: the Retail Prices API states how often its answer changes (checked 2026-12-01); both are free to
+#: call. A configured price is never re-read.
+PRICE_REFRESH_S: Final = 600.0
+
 PRICE_APIS: Final[Mapping[str, Callable[[AgentConfig], Price]]] = {
     "aws": aws_spot_price,
     "azure": azure_retail_price,
 }
+
+
+def refresh_interval(config: AgentConfig) -> float | None:
+    """Seconds between price reads while running, or None when the price cannot change (configured,
+    or no API on the node)."""
+    if config.price is not None or config.node.provider not in PRICE_APIS:
+        return None
+    return config.price_refresh_s or PRICE_REFRESH_S
 
 
 def resolve_price(config: AgentConfig) -> Price:
@@ -90,3 +107,43 @@ def resolve_price(config: AgentConfig) -> Price:
         return api(config)
     except (OSError, ValueError) as exc:
         return _unknown(f"price API failed: {exc}")
+
+
+def reread(
+    config: AgentConfig,
+    interval: float,
+    stopping: threading.Event,
+    messages: queue.Queue[tuple[str, Any]],
+    log: Callable[[str], None],
+) -> None:
+    """Read the price again every `interval` seconds until `stopping` (a thread): each known price is
+    posted to the agent's loop as `("price", Price)`; a failed read keeps the last price."""
+    while not stopping.wait(interval):
+        try:
+            price = resolve_price(config)
+        except Exception as exc:
+            log(f"price re-read failed: {exc!r}")
+            continue
+        if price.per_hour is not None:
+            messages.put(("price", price))
+
+
+@dataclass
+class Ledger:
+    """This incarnation's money at each price it read: the stretches before the last change are
+    summed in `spent`; `since_s` is where the price in force began (in the incarnation's billed
+    seconds)."""
+
+    spent: float = 0.0
+    since_s: float = 0.0
+
+    def change(self, old: Price, billed_s: float) -> None:
+        """The price changes now, `billed_s` into this incarnation: close the stretch at `old`."""
+        if old.per_hour is not None:
+            self.spent += old.per_hour * (billed_s - self.since_s) / 3600.0
+        self.since_s = billed_s
+
+    def cost(self, price: Price, billed_s: float) -> float:
+        """Money so far, the price in force `price` for the open stretch (its per_hour is known)."""
+        assert price.per_hour is not None
+        return self.spent + price.per_hour * (billed_s - self.since_s) / 3600.0

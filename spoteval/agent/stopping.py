@@ -6,11 +6,18 @@ phase; it declares the agent's state and steps it uses.
 - A notice that does not stop work (a rebalance recommendation) is recorded, nothing more.
 - The first notice that stops work: the pending queue is emptied, the notice event is made durable
   (waiting at most `NOTICE_WAIT_S`), attempts that ended just before it are judged as part of the
-  shutdown, and each attempt in flight runs on only if it should end before the deadline (see
-  `rules.runs_on`); the others are killed and recorded `interrupted`. A second notice is recorded
-  and can only bring the deadline nearer; a second SIGTERM kills everything at once.
-- A stop rule kills what runs and empties the queue; the run ends with a `stop` event and, with
-  `on_done: poweroff`, the power-off command.
+  shutdown, and each attempt in flight runs on only if it should end before `rules.finish_by` (see
+  `rules.runs_on`); the others get SIGTERM now and SIGKILL a grace later (`rules.term_grace_s`),
+  and are recorded `interrupted`. A second notice is recorded and can only bring the deadline
+  nearer; a second SIGTERM kills everything at once. The flush, the acknowledgement and the model
+  server's stop all fit before the deadline; the exit code is 0, or 1 if something is still only in
+  the spool (a Kubernetes Job index must not count as completed then).
+- A stop rule stops what runs (SIGTERM, SIGKILL after `STOP_TERM_GRACE_S`) and empties the queue;
+  the model server is stopped; once the store holds everything the run ends with a `stop` event and,
+  with `on_done: poweroff`, the power-off command. If the store has not taken everything within
+  `flush_timeout_s`, no `stop` is written, nothing powers off, and the exit code is 1.
+- A store that refuses writes for good (`Uploader.fatal`) ends the run: attempts are stopped, the
+  model server too, and the exit code is 1 with the store's reason (`Fatal`).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any, Final
 from spoteval.agent import episodes as ep
 from spoteval.agent import rules, tally
 from spoteval.agent.config import AgentConfig
+from spoteval.agent.health import ServerWatch
 from spoteval.agent.notices import Notice, Watcher
 from spoteval.agent.power import power_off
 from spoteval.agent.rules import Stop
@@ -32,6 +40,11 @@ from spoteval.agent.uploader import Item, Uploader
 from spoteval.record import format_time
 
 NOTICE_WAIT_S: Final = 5.0  # longest wait for the notice event before killing attempts anyway
+STOP_TERM_GRACE_S: Final = 5.0  # a stop rule: SIGTERM to each attempt, SIGKILL this long after
+
+
+class Fatal(Exception):
+    """The run cannot go on (the store refuses it for good); the message says why."""
 
 
 class Stopping:
@@ -51,6 +64,7 @@ class Stopping:
     counts: dict[str, int]
     watchers: dict[str, Watcher]
     server: ep.ModelServer
+    health: ServerWatch
 
     log: Callable[[str], None]
 
@@ -93,6 +107,7 @@ class Stopping:
         left = notice.seconds_left()
         details = {
             **notice.details,
+            "received": format_time(notice.received),
             "deadline": format_time(notice.deadline),
             "seconds_left": round(left, 3),
             "in_flight": self._in_flight_detail(),
@@ -106,7 +121,7 @@ class Stopping:
             self.event("notice", notice.reason, {**details, "while_stopping": True})
             self.deadline_mono = min(self.deadline_mono, time.monotonic() + left)
             if notice.reason == "sigterm" and self.notice.reason == "sigterm":
-                for run in self.running.values():
+                for run in self.running.values():  # a second SIGTERM: no more grace
                     ep.kill(run, ep.KILL_CAPACITY)
             self._plan_kills()
             return
@@ -115,6 +130,7 @@ class Stopping:
         self.deadline_mono = self.notice_mono + left
         self.pending.clear()
         item = self.event("notice", notice.reason, details)
+        self.up.sync()  # on local disk before anything else happens
         durable = self._wait_durable(item, min(NOTICE_WAIT_S, max(0.5, left / 3)), until_notice=False)
         took = time.monotonic() - self.notice_mono
         self.log(
@@ -126,23 +142,43 @@ class Stopping:
         self.settling.clear()
         self._plan_kills()
 
+    def _term_grace(self) -> float:
+        if self.notice is None:
+            return STOP_TERM_GRACE_S
+        return rules.term_grace_s(self.deadline_mono - self.notice_mono)
+
     def _plan_kills(self) -> None:
-        """Let an attempt run on only if it should end (median duration) before the deadline."""
+        """Let an attempt run on only if it should end (median duration) before `finish_by`, then
+        SIGTERM it; the rest get SIGTERM now; each is SIGKILLed its grace later."""
         finish_by = rules.finish_by(self.notice_mono, self.deadline_mono)
+        grace = self._term_grace()
         estimate = tally.median(self.durations)
+        now = time.monotonic()
         for run in self.running.values():
-            if rules.runs_on(run.started_mono, estimate, finish_by):
-                run.kill_at = finish_by
+            if run.kill_reason is not None:  # stopping already: no later than this notice allows
+                run.kill_at = min(run.kill_at or finish_by + grace, finish_by + grace)
+            elif rules.runs_on(run.started_mono, estimate, finish_by):
+                run.term_at = finish_by
             else:
+                ep.terminate(run, ep.KILL_CAPACITY, min(grace, max(0.0, finish_by + grace - now)), now)
+
+    def _kill_due(self, now: float) -> None:
+        for run in list(self.running.values()):
+            if run.term_at is not None and now >= run.term_at:
+                ep.terminate(run, ep.KILL_CAPACITY, self._term_grace(), now)
+            if run.kill_at is not None and now >= run.kill_at:
                 ep.kill(run, ep.KILL_CAPACITY)
+            elif run.kill_reason is None and now >= run.timeout_at:
+                ep.kill(run, ep.KILL_TIMEOUT)
 
     def _begin_stop(self, stop: Stop) -> None:
         if self.stop is not None:
             return
         self.stop = stop
         self.pending.clear()
+        now = time.monotonic()
         for run in self.running.values():
-            ep.kill(run, ep.KILL_CAPACITY)
+            ep.terminate(run, ep.KILL_CAPACITY, STOP_TERM_GRACE_S, now)
         if stop.reason != "done":
             self.log(f"stop ({stop.reason}): {len(self.running)} attempt(s) ended early")
 
@@ -153,36 +189,49 @@ class Stopping:
 
     def _finish(self) -> int:
         if self.notice is not None:
-            left = self.deadline_mono - time.monotonic()
-            flushed = self.up.flush(max(0.5, left - 0.5))
-            self._pump(0)
-            recorded_s = time.monotonic() - self.notice_mono
-            source = self.watchers.get(self.notice.source)
-            if source is not None:
-                try:
-                    source.acknowledge(self.notice)
-                except OSError as exc:
-                    self.log(f"acknowledging the notice failed: {exc}")
-            summary = self._summary()
-            state = f"all recorded {recorded_s:.3f} s after the notice"
-            if not flushed:
-                state = f"{self.up.outstanding} object(s) still spooled"
-            self.log(
-                f"notice handled: {self.counts['interrupted']} interrupted, {state}; "
-                f"summary {json.dumps(summary, sort_keys=True)}"
-            )
-            self.server.stop(grace_s=min(5.0, max(0.5, left - 1.0)))
-            return 0
+            return self._finish_notice()
         stop = self.stop or Stop("done")
+        self.health.stop()  # not needed now: waiting for the store with it running is a billed idle GPU
+        if self.up.fatal is not None:
+            raise Fatal("the store refuses writes (above)")
         flushed = self.up.flush(self.config.flush_timeout_s)
         self._pump(0)
-        self.server.stop()
         details = {**stop.details, **self._summary(), "in_flight": self._in_flight_detail()}
+        if flushed:
+            self.event("stop", stop.reason, details)
+            flushed = self.up.flush(self.config.flush_timeout_s)
         if not flushed:
-            details["spooled"] = self.up.outstanding
-        self.event("stop", stop.reason, details)
-        self.up.flush(self.config.flush_timeout_s)
+            self.log(
+                f"{self.up.outstanding} object(s) only in the spool at {self.config.run_spool_dir()}: the "
+                f"store did not take them within {self.config.flush_timeout_s:g} s ({self.up.last_error}); "
+                "no stop is recorded and the node is not powered off: the next start uploads them"
+            )
+            return 1
         self.log(f"stop ({stop.reason}): summary {json.dumps(details, sort_keys=True)}")
         if self.config.stop_rules.on_done == "poweroff":
             return self.exit_code if power_off(self.config.stop_rules.poweroff_command, self.log) else 1
         return self.exit_code
+
+    def _finish_notice(self) -> int:
+        """Within the notice: flush, acknowledge, stop the model server, all before the deadline."""
+        assert self.notice is not None
+        reserve = min(2.0, max(0.3, 0.1 * (self.deadline_mono - self.notice_mono)))  # the server's stop
+        flushed = self.up.flush(max(0.2, self.deadline_mono - time.monotonic() - reserve))
+        self._pump(0)
+        recorded_s = time.monotonic() - self.notice_mono
+        source = self.watchers.get(self.notice.source)
+        if source is not None:
+            try:
+                source.acknowledge(self.notice)
+            except OSError as exc:
+                self.log(f"acknowledging the notice failed: {exc}")
+        summary = self._summary()
+        state = f"all recorded {recorded_s:.3f} s after the notice"
+        if not flushed:
+            state = f"{self.up.outstanding} object(s) still spooled"
+        self.log(
+            f"notice handled: {self.counts['interrupted']} interrupted, {state}; "
+            f"summary {json.dumps(summary, sort_keys=True)}"
+        )
+        self.health.stop(grace_s=min(5.0, max(0.1, self.deadline_mono - time.monotonic() - 0.3)))
+        return 0 if flushed else 1  # never 0 while something is only in the spool

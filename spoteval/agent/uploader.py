@@ -12,8 +12,23 @@ the local disk keeps: the next incarnation on the same disk uploads what is left
   (another writer), the attempt takes the next free number. Then, for a final attempt, the result
   goes to `results/{episode}.json` create-only; losing that race is not an error (the first result
   stands, and this attempt is still recorded under attempts/).
+- Order: events that decide what happens (start, notice, stop, ...) first, then attempts, then
+  heartbeats, so after an outage results go before the heartbeats that piled up. A heartbeat that
+  waits is replaced by a newer one from the same node (each lists everything still in flight, so the
+  newest says all the older ones did): during an outage the spool holds one heartbeat, not one per
+  period.
+- Durable means fsynced: `submit` returns once the spool file and its folder entry are on disk;
+  inside `with uploader.batch():` the fsyncs of every item submitted are done once, as the block
+  ends (a group commit: many attempts ending at once cost one flush of the disk, not one each). A
+  full disk does not raise: the item is kept in memory (uploaded all the same) and `disk_full` is
+  set until a spool write succeeds again, so the agent stops starting work.
 - Store errors: the item goes back to the queue and all workers back off together (0.2 s doubling
-  to 5 s) until the store answers again. Nothing is ever deleted from the store.
+  to 5 s) until the store answers again; any exception, a `BaseException` from a panic inside
+  obstore included, is such an error for the item, never the end of a worker. A permanent error
+  (access denied, bad request, missing bucket) sets `fatal` and the workers stop: retrying cannot
+  help, and the agent ends the run with the reason. An item the uploader cannot write at all (a
+  malformed spool file) is `refused`: it stays in the spool and is never reported recorded.
+  Nothing is ever deleted from the store.
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -36,6 +51,7 @@ EVENT: Final = "event"
 ATTEMPT: Final = "attempt"
 PRIORITY_EVENT: Final = 0
 PRIORITY_ATTEMPT: Final = 1
+PRIORITY_HEARTBEAT: Final = 2
 MAX_BACKOFF_S: Final = 5.0
 
 
@@ -52,8 +68,23 @@ class Item:
     spool_path: str = ""
     submitted: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
-    outcome: str = ""  # "created", "existed", "result_existed" once done
+    outcome: str = ""  # "created", "existed", "result_existed", "refused", "superseded" once done
     attempt_number: int = 0  # attempts: the number it was stored under
+    result_written: bool = False  # attempts with write_result: the result stored is this one
+    superseded: bool = False  # heartbeats: a newer one replaced it before it was uploaded
+    order: int = 0  # submission order (set by `submit`)
+    absorbed: list[Item] = field(default_factory=list)  # heartbeats it replaced (done with it)
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return self.kind == EVENT and self.payload.get("kind") == "heartbeat"
+
+    @property
+    def writer(self) -> tuple[str, str]:
+        """(node, incarnation) of an event: a heartbeat replaces only its own writer's older ones."""
+        details = self.payload.get("details")
+        incarnation = details.get("incarnation") if isinstance(details, dict) else None
+        return self.node, str(incarnation)
 
 
 Callback = Callable[[Item], None]
@@ -86,7 +117,13 @@ class Uploader:
         self._backoff = 0.0
         self.failures = 0  # store errors seen (for reports and tests)
         self.last_error = ""
+        self.refused = 0  # items that can never be uploaded (left in the spool)
+        self.fatal: StoreError | None = None  # a permanent store error: uploads have stopped
+        self.disk_full = False  # the last spool write found no room (the item is kept in memory)
+        self._heartbeat: dict[tuple[str, str], Item] = {}  # writer -> its newest heartbeat not yet taken
         self._stopping = False
+        self._batching = 0  # > 0 inside `batch()`: fsyncs wait for its end
+        self._unsynced: list[str] = []
         self._threads = [
             threading.Thread(target=self._work, name=f"upload-{i}", daemon=True) for i in range(workers)
         ]
@@ -96,19 +133,67 @@ class Uploader:
     # --- submitting ---------------------------------------------------------------------------
 
     def submit(self, item: Item) -> Item:
-        """Spool the item (durable on local disk when this returns), then queue its upload."""
+        """Spool the item (fsynced: durable on local disk when this returns, unless the disk is full),
+        then queue its upload."""
         if not item.spool_path:
             name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._names):08d}-{item.kind}.json"
-            item.spool_path = os.path.join(self.spool_dir, name)
-            tmp = item.spool_path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(_spool_doc(item), f, sort_keys=True, separators=(",", ":"))
-            os.replace(tmp, item.spool_path)
+            path = os.path.join(self.spool_dir, name)
+            try:
+                _write_durably(path, _spool_doc(item), sync=not self._batching)
+                if self._batching:
+                    self._unsynced.append(path)
+            except OSError as exc:
+                with self._lock:
+                    first = not self.disk_full
+                    self.disk_full = True
+                if first:
+                    self.log(f"spool disk full or failing ({exc.strerror or exc}): keeping objects in memory")
+            else:
+                item.spool_path = path
+                with self._lock:
+                    self.disk_full = False
+        priority = PRIORITY_HEARTBEAT if item.is_heartbeat else PRIORITY_EVENT if item.kind == EVENT else 1
+        older: Item | None = None
         with self._lock:
             self._outstanding += 1
-        priority = PRIORITY_EVENT if item.kind == EVENT else PRIORITY_ATTEMPT
-        self._queue.put((priority, next(self._order), item))
+            item.order = item.order or next(self._order)
+            if item.is_heartbeat:
+                older = self._heartbeat.get(item.writer)
+                self._heartbeat[item.writer] = item
+                if older is not None:
+                    self._supersede(older, item)
+        self._queue.put((priority, item.order, item))
         return item
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Submissions inside are durable together when the block ends (call from one thread)."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching:
+                self.sync()
+
+    def sync(self) -> None:
+        """fsync the spool files written without it, then their folder (once)."""
+        paths, self._unsynced = self._unsynced, []
+        if not paths:
+            return
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue  # uploaded and removed meanwhile
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                self.log(f"cannot fsync spool file {path}: {exc}")
+            finally:
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            _fsync_folder(self.spool_dir)
 
     def load_spool(self) -> list[Item]:
         """Queue what a previous incarnation spooled but did not upload; returns the items."""
@@ -138,20 +223,29 @@ class Uploader:
             return self._outstanding
 
     @property
+    def backlog(self) -> int:
+        """Objects waiting for the store, not counting the one heartbeat per node a newer replaces."""
+        with self._lock:
+            return self._outstanding - len(self._heartbeat)
+
+    @property
     def store_down(self) -> bool:
         with self._lock:
             return self._down_until > time.monotonic()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every submitted item is in the store; False if `timeout` passed first."""
+        """Wait until every submitted item is in the store; False if `timeout` passed first, if the
+        store refuses writes for good, or if an item was refused (it is not in the store)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._idle:
             while self._outstanding:
+                if self.fatal is not None:
+                    return False
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._idle.wait(left if left is not None else 1.0)
-        return True
+                self._idle.wait(min(left, 0.5) if left is not None else 0.5)
+            return self.refused == 0
 
     def close(self) -> None:
         self._stopping = True
@@ -162,6 +256,12 @@ class Uploader:
         while True:
             with self._lock:
                 wait = self._down_until - time.monotonic()
+                fatal = self.fatal is not None
+            if fatal:  # a permanent error: nothing more goes to the store
+                if self._stopping:
+                    return
+                time.sleep(0.5)
+                continue
             if wait > 0:
                 time.sleep(min(wait, 0.5))
                 continue
@@ -171,38 +271,104 @@ class Uploader:
                 if self._stopping:
                     return
                 continue
+            with self._lock:
+                if item.is_heartbeat and self._heartbeat.get(item.writer) is item:
+                    del self._heartbeat[item.writer]  # taken: a newer heartbeat no longer replaces it
+                skip = item.superseded
+            if skip:  # a newer heartbeat, spooled already, lists all this one did (see _supersede)
+                item.outcome = "superseded"
+                continue
             try:
                 self._upload(item)
             except StoreError as exc:
-                with self._lock:
-                    self.failures += 1
-                    self.last_error = str(exc)
-                    if self._down_until <= time.monotonic():
-                        self._backoff = min(MAX_BACKOFF_S, max(0.2, self._backoff * 2))
-                        self._down_until = time.monotonic() + self._backoff
-                        self.log(f"store did not answer ({exc}); retrying in {self._backoff:.1f} s")
-                self._queue.put((priority, order, item))
+                if exc.permanent:
+                    self._fail_permanently(item, priority, order, exc)
+                else:
+                    self._retry(item, priority, order, str(exc))
                 continue
-            except Exception as exc:  # a malformed item (or a bug): keep its spool file, keep the thread
-                self.log(f"cannot upload spooled item {item.spool_path}: {exc!r}; left in the spool")
+            except (RecordError, ValueError, KeyError, TypeError) as exc:  # a malformed item
+                where = item.spool_path or "(in memory)"
+                self.log(f"cannot upload spooled item {where}: {exc!r}; left in the spool")
                 item.outcome = "refused"
-            else:
                 with self._lock:
-                    if self._backoff:
-                        self.log("store answers again")
-                    self._backoff = 0.0
-                with contextlib.suppress(OSError):
-                    os.unlink(item.spool_path)
-            item.done.set()
-            if self.on_done is not None:
+                    self.refused += 1
+                self._finish(item, report=False)
+                continue
+            except BaseException as exc:  # a panic in obstore (or a bug) must not end the worker
+                self.log(f"upload worker: {type(exc).__name__}: {exc}; the item is retried")
+                self._retry(item, priority, order, f"{type(exc).__name__}: {exc}")
+                continue
+            with self._lock:
+                if self._backoff:
+                    self.log("store answers again")
+                self._backoff = 0.0
+            self._remove(item)
+            self._finish(item, report=True)
+
+    def _retry(self, item: Item, priority: int, order: int, error: str) -> None:
+        with self._lock:
+            self.failures += 1
+            self.last_error = error
+            if self._down_until <= time.monotonic():
+                self._backoff = min(MAX_BACKOFF_S, max(0.2, self._backoff * 2))
+                self._down_until = time.monotonic() + self._backoff
+                self.log(f"store did not answer ({error}); retrying in {self._backoff:.1f} s")
+            if item.is_heartbeat and not item.superseded:  # waiting again: the newest waiting one stays
+                other = self._heartbeat.get(item.writer)
+                if other is None:
+                    self._heartbeat[item.writer] = item
+                elif other.order > item.order:
+                    self._supersede(item, other)
+                else:
+                    self._heartbeat[item.writer] = item
+                    self._supersede(other, item)
+        self._queue.put((priority, order, item))
+
+    def _supersede(self, older: Item, newer: Item) -> None:
+        """`newer` lists everything `older` did: `older` is no longer waited for (its spool file goes,
+        it is skipped when a worker takes it), and it is done when `newer` is. Not when `newer` is
+        only in memory (a full disk) and `older` on disk. Call with the lock held."""
+        if older.spool_path and not newer.spool_path:
+            return
+        older.superseded = True
+        newer.absorbed.extend([older, *older.absorbed])
+        older.absorbed = []
+        if older.spool_path:
+            with contextlib.suppress(OSError):
+                os.unlink(older.spool_path)
+        self._outstanding -= 1
+        if not self._outstanding:
+            self._idle.notify_all()
+
+    def _fail_permanently(self, item: Item, priority: int, order: int, exc: StoreError) -> None:
+        with self._lock:
+            first = self.fatal is None
+            self.fatal = exc
+            self.failures += 1
+            self.last_error = str(exc)
+        if first:
+            self.log(f"store refuses {exc}; nothing more is sent to it (the spool keeps everything)")
+        self._queue.put((priority, order, item))  # stays queued and spooled; it is not done
+
+    def _remove(self, item: Item) -> None:
+        if item.spool_path:
+            with contextlib.suppress(OSError):
+                os.unlink(item.spool_path)
+
+    def _finish(self, item: Item, *, report: bool) -> None:
+        """The item is done (in the store, or refused); `report` tells the agent it is in the store.
+        Heartbeats it replaced are done with it."""
+        for done in (item, *item.absorbed):
+            done.done.set()
+            if report and done is item and self.on_done is not None:
                 try:
                     self.on_done(item)
                 except Exception as exc:  # a callback must never stop the uploads
                     self.log(f"upload callback failed: {exc!r}")
-            with self._idle:
-                self._outstanding -= 1
-                if not self._outstanding:
-                    self._idle.notify_all()
+        with self._idle:
+            self._outstanding -= 1
+            if not self._outstanding:
+                self._idle.notify_all()
 
     def _upload(self, item: Item) -> None:
         if item.kind == EVENT:
@@ -259,16 +425,44 @@ class Uploader:
             if not created and not self._same(result_key, result):
                 item.outcome = "result_existed"
                 self.log(f"result for {episode} already exists (another writer); kept the first one")
+            else:
+                item.result_written = True
 
     def _respool(self, item: Item) -> None:
         """Keep the spool file in step with a renumbered attempt (so a restart keeps the number)."""
-        tmp = item.spool_path + ".tmp"
+        if not item.spool_path:
+            return
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(_spool_doc(item), f, sort_keys=True, separators=(",", ":"))
-            os.replace(tmp, item.spool_path)
+            _write_durably(item.spool_path, _spool_doc(item))
         except OSError as exc:
             self.log(f"cannot rewrite spool file {item.spool_path}: {exc}")
+
+
+def _write_durably(path: str, doc: dict[str, Any], *, sync: bool = True) -> None:
+    """Write `doc` to `path` atomically (temporary file + rename), the data and the name fsynced
+    unless `sync` is False (the caller fsyncs later, see `Uploader.sync`)."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, sort_keys=True, separators=(",", ":"))
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if sync:
+        _fsync_folder(os.path.dirname(path) or ".")
+
+
+def _fsync_folder(path: str) -> None:
+    folder = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _spool_doc(item: Item) -> dict[str, Any]:

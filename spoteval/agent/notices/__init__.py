@@ -8,19 +8,23 @@ header and notice length comes from spoteval/providers.py.
 - base.py     `Notice`, the `Watcher` protocol, `WatchContext`, `PollingWatcher` (the shared loop)
 - http.py     the metadata HTTP helper (never through a proxy; the price lookups use it too)
 - aws.py      IMDSv2 spot instance-action and rebalance recommendation, polled every 5 s
-- gcp.py      `instance/preempted`, long-polled
+- gcp.py      `instance/preempted` and `instance/maintenance-event`, each long-polled
 - azure.py    Scheduled Events, polled every 1 s, acknowledged once in-flight work is recorded
 - sigterm.py  SIGTERM and SIGINT as a `sigterm` notice
 - k8s, nebius, runpod, local: no metadata endpoint; SIGTERM only.
 
 A `sigterm` notice's deadline is the provider's usual grace before SIGKILL (`SIGTERM_GRACE_S`, or
 the config's `sigterm_grace_s`).
+
+Whatever a metadata service answers (a truncated body, bytes that are not HTTP, a 500, text that is
+not UTF-8), a watcher logs it (throttled) and polls on; `start_watcher` also restarts a watcher
+whose `watch` ends by an exception, so no notice source is ever silently gone.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from spoteval.agent.notices.aws import AwsWatcher
@@ -35,6 +39,7 @@ from spoteval.agent.notices.base import (
     WatchContext,
     Watcher,
     stderr_log,
+    what,
 )
 from spoteval.agent.notices.gcp import GcpWatcher
 from spoteval.agent.notices.http import Reply, http
@@ -61,6 +66,7 @@ DEFAULT_POLL_S: Final[Mapping[str, float]] = {
 NOTICE_S: Final[Mapping[str, float]] = {
     key: float(notice) for key in _WITH_WATCHER if (notice := BY_KEY[key].notice_s) is not None
 }
+RESTART_WATCHER_S: Final = 1.0  # a watcher that failed starts again after this long
 #: Seconds from SIGTERM to SIGKILL the agent assumes per provider (conservative; spoteval/providers.py)
 SIGTERM_GRACE_S: Final[Mapping[str, float]] = {
     **{key: facts.sigterm_grace_s for key, facts in BY_KEY.items()},
@@ -83,19 +89,50 @@ WATCHERS: Final[Mapping[str, Callable[[WatchContext], Watcher | None]]] = {
 }
 
 
+def _gcp_maintenance(ctx: WatchContext) -> Watcher | None:
+    return GcpWatcher(ctx, maintenance=True)
+
+
+#: further metadata watchers per provider (one key each)
+MORE_WATCHERS: Final[Mapping[str, Sequence[Callable[[WatchContext], Watcher | None]]]] = {
+    "gcp": (_gcp_maintenance,),
+}
+
+
+def provider_watchers(
+    provider: str, metadata_url: str | None, poll_s: float | None, log: Log
+) -> list[Watcher]:
+    """The provider's metadata watchers (none for providers that only send SIGTERM)."""
+    base = metadata_url or DEFAULT_METADATA_URL.get(provider, "")
+    ctx = WatchContext(provider, base.rstrip("/"), poll_s or DEFAULT_POLL_S.get(provider, 5.0), log)
+    made = [make(ctx) for make in (WATCHERS[provider], *MORE_WATCHERS.get(provider, ()))]
+    return [w for w in made if w is not None]
+
+
 def provider_watcher(
     provider: str, metadata_url: str | None, poll_s: float | None, log: Log
 ) -> Watcher | None:
-    """The provider's metadata watcher (None for providers that only send SIGTERM)."""
-    base = metadata_url or DEFAULT_METADATA_URL.get(provider, "")
-    ctx = WatchContext(provider, base.rstrip("/"), poll_s or DEFAULT_POLL_S.get(provider, 5.0), log)
-    return WATCHERS[provider](ctx)
+    """The provider's main metadata watcher (None for providers that only send SIGTERM)."""
+    found = provider_watchers(provider, metadata_url, poll_s, log)
+    return found[0] if found else None
 
 
-def start_watcher(watcher: Watcher, deliver: Deliver, stopping: threading.Event) -> threading.Thread:
-    thread = threading.Thread(
-        target=watcher.watch, args=(deliver, stopping), name=f"notice-{watcher.name}", daemon=True
-    )
+def start_watcher(
+    watcher: Watcher, deliver: Deliver, stopping: threading.Event, log: Log = lambda message: None
+) -> threading.Thread:
+    """Run `watcher.watch` in a daemon thread; if it ends by an exception (any), log it and start it
+    again after `RESTART_WATCHER_S`, until `stopping` is set."""
+
+    def supervise() -> None:
+        while not stopping.is_set():
+            try:
+                watcher.watch(deliver, stopping)
+                return
+            except BaseException as exc:  # a watcher must never be silently gone
+                log(f"notice watcher {watcher.name} failed: {what(exc)}; restarting it")
+                stopping.wait(RESTART_WATCHER_S)
+
+    thread = threading.Thread(target=supervise, name=f"notice-{watcher.name}", daemon=True)
     thread.start()
     return thread
 
@@ -121,6 +158,7 @@ __all__ = [
     "Watcher",
     "http",
     "provider_watcher",
+    "provider_watchers",
     "start_watcher",
     "stderr_log",
 ]

@@ -46,7 +46,10 @@ class AwsWatcher(PollingWatcher):
             )
             if reply.status != 200 or not reply.body:
                 raise OSError(f"IMDSv2 token request answered {reply.status}")
-            self._token = reply.body.decode().strip()
+            try:
+                self._token = reply.body.decode("ascii").strip()
+            except UnicodeDecodeError:
+                raise OSError("IMDSv2 token is not text") from None
             self._token_expires = time.monotonic() + TOKEN_TTL_S - 60
         return self._token
 

@@ -45,7 +45,7 @@ class AzureWatcher(PollingWatcher):
                 reply = http(self.ctx.base_url + NAME_PATH, headers=dict(HEADERS))
                 if reply.status == 200 and reply.body.strip():
                     self.vm_name = reply.body.decode().strip()
-            except OSError:
+            except (OSError, UnicodeDecodeError):
                 self.vm_name = None
         return self.vm_name
 

@@ -68,8 +68,9 @@ class Throttled:
 class PollingWatcher:
     """A metadata source read every `poll_s`: `check()` returns the new notices of one poll.
 
-    Failures (OSError) are logged, throttled, and never end the watch. Subclasses set `name` and
-    `LABEL` (what the log calls the source) and implement `check`.
+    Failures (any exception: whatever the service answered) are logged, throttled, and never end
+    the watch. Subclasses set `name` and `LABEL` (what the log calls the source) and implement
+    `check`.
     """
 
     name: str = ""
@@ -87,12 +88,20 @@ class PollingWatcher:
             try:
                 for notice in self.check():
                     deliver(notice)
-            except OSError as exc:
-                complain(f"{self.LABEL} at {self.ctx.base_url}: {exc}")
+            except Exception as exc:  # whatever the service answered: log it, poll on
+                complain(
+                    f"notice watcher {self.name} failed: {self.LABEL} at {self.ctx.base_url}: {what(exc)}"
+                )
             stopping.wait(self.ctx.poll_s)
 
     def acknowledge(self, notice: Notice) -> None:
         """Most sources take no acknowledgement."""
+
+
+def what(exc: BaseException) -> str:
+    """An exception as one log line, whatever the service sent."""
+    text = str(exc) if isinstance(exc, OSError) else repr(exc)
+    return " ".join(text.split())
 
 
 def json_object(body: bytes) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http.client import HTTPException
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -25,11 +26,17 @@ def http(
     data: bytes | None = None,
     timeout: float = 2.0,
 ) -> Reply:
-    """One request; HTTP error statuses are replies, connection failures raise OSError."""
+    """One request; HTTP error statuses are replies; connection failures and replies that are not
+    HTTP (a bad status line, a truncated body) raise OSError."""
     req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
             return Reply(resp.status, resp.read(), {k.lower(): v for k, v in resp.headers.items()})
     except urllib.error.HTTPError as exc:
-        body = exc.read() if exc.fp is not None else b""
+        try:
+            body = exc.read() if exc.fp is not None else b""
+        except (HTTPException, OSError):
+            body = b""
         return Reply(exc.code, body, {k.lower(): v for k, v in (exc.headers or {}).items()})
+    except HTTPException as exc:
+        raise OSError(f"{url}: broken reply ({type(exc).__name__}: {exc})") from None

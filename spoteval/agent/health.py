@@ -1,0 +1,83 @@
+"""The model server under a prober thread: started, stopped, and its health known without asking.
+
+`ServerWatch.start()` starts the server (spoteval/agent/episodes.py `ModelServer`) and a thread that
+checks its health URL (1 s timeout): every 0.1 s until it first answers (`healthy_mono`, and
+`checked` is set), then every `HEALTH_EVERY_S`, keeping `ok` current. The agent's loop and its
+shutdown read `ok` and never make a health check themselves, so a slow or hung server cannot hold
+up a notice. A check that fails in a way that is not a connection error (a reply that is not HTTP)
+is logged, throttled, and counts as not healthy; a prober that ends by any exception is logged and
+started again. `stop()` ends the server and its prober; `start()` again gives a new one of each.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+from spoteval.agent.episodes import ModelServer
+
+HEALTH_EVERY_S: Final = 1.0  # between checks once healthy; also each check's timeout
+COMPLAIN_EVERY_S: Final = 60.0
+
+
+class ServerWatch:
+    def __init__(self, server: ModelServer, stopping: threading.Event, log: Callable[[str], None]) -> None:
+        self.server = server
+        self.stopping = stopping
+        self.log = log
+        self.healthy_mono: float | None = None  # when the health URL first answered
+        self.ok = False  # the last check's answer
+        self.checked = threading.Event()  # healthy, or it never will be (exited, timed out)
+        self._generation = 0
+
+    @property
+    def running(self) -> bool:
+        return self.server.proc is not None and self.server.exit_code() is None
+
+    def start(self) -> None:
+        self.server.start()
+        self._generation += 1
+        self.healthy_mono, self.ok = None, False
+        self.checked.clear()
+        generation = self._generation
+        threading.Thread(target=self._supervise, args=(generation,), name="health", daemon=True).start()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self._generation += 1  # this server's prober ends
+        self.server.stop(grace_s=grace_s)
+        self.ok = False
+
+    def _current(self, generation: int) -> bool:
+        return generation == self._generation and not self.stopping.is_set()
+
+    def _supervise(self, generation: int) -> None:
+        while self._current(generation):
+            try:
+                self._probe(generation)
+                return
+            except BaseException as exc:  # a prober must never be silently gone
+                self.log(f"health probe failed: {exc!r}; restarting it")
+                time.sleep(HEALTH_EVERY_S)
+
+    def _probe(self, generation: int) -> None:
+        deadline = time.monotonic() + self.server.config.ready_timeout_s
+        last_complaint = -1e18
+        while self._current(generation):
+            try:
+                ok = self.server.healthy(timeout=HEALTH_EVERY_S)
+            except Exception as exc:
+                ok = False
+                if time.monotonic() - last_complaint >= COMPLAIN_EVERY_S:
+                    last_complaint = time.monotonic()
+                    self.log(f"health probe: check failed ({exc!r}); probing on")
+            self.ok = ok
+            if self.healthy_mono is None:
+                if ok:
+                    self.healthy_mono = time.monotonic()
+                    self.checked.set()
+                elif self.server.exit_code() is not None or time.monotonic() >= deadline:
+                    self.checked.set()
+                    return
+            time.sleep(0.1 if self.healthy_mono is None else HEALTH_EVERY_S)

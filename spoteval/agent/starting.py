@@ -1,0 +1,125 @@
+"""The agent's part that starts a run: read the record (waiting for the store with the model server
+stopped), see it as it will be once the spool is uploaded, and apply what `history.plan_recovery`
+decides from it.
+
+`Starting` is a part of `Agent` (spoteval/agent/loop.py), kept apart so that each file reads as one
+phase; it declares the agent's state and steps it uses.
+
+- The record must be read before anything starts. While the store does not answer, the agent waits
+  (backing off to 30 s) with the model server stopped, and starts it again once the record is read;
+  a notice that comes meanwhile ends the wait (the caller handles it); a permanent store error
+  (denied, bad request, missing bucket) ends the run (`Fatal`).
+- What an earlier incarnation left in the spool counts as recorded (spoteval/agent/spooled.py): its
+  events say what that incarnation had in flight, its attempts are not lost, its results are final.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from spoteval.agent import history as hist
+from spoteval.agent.config import AgentConfig
+from spoteval.agent.health import ServerWatch
+from spoteval.agent.price import Price
+from spoteval.agent.spooled import spooled_events, with_spool
+from spoteval.agent.stopping import Fatal
+from spoteval.agent.uploader import ATTEMPT, Item, Uploader
+from spoteval.record import RunLayout, utc_now
+from spoteval.store import Store, StoreError
+
+
+class Starting:
+    """Declares the agent's state (set by `Agent.__init__`) and steps (`Agent`'s methods) used here."""
+
+    config: AgentConfig
+    store: Store
+    layout: RunLayout
+    order: list[str]
+    incarnation: str
+    price: Price
+    prev: hist.Billed
+    spooled: list[Item]
+    health: ServerWatch
+    noticed: threading.Event
+    next_n: dict[str, int]
+    failures: dict[str, int]
+    final: set[str]
+    pending: deque[str]
+    log: Callable[[str], None]
+
+    @property
+    def up(self) -> Uploader:
+        raise NotImplementedError  # Agent's
+
+    def _read_history(self) -> tuple[hist.History, datetime] | None:
+        """The record as it is now, and as it will be once the spool is uploaded; it must be read
+        before anything starts: wait for it, with the model server stopped (an idle, billed GPU).
+        None when a notice comes first; a permanent store error ends the run."""
+        backoff = 0.5
+        while True:
+            now = utc_now()
+            try:
+                with ThreadPoolExecutor(max_workers=16) as pool:
+                    history = hist.read_history(
+                        self.store,
+                        self.layout,
+                        self.order,
+                        node=self.config.node.id,
+                        now=now,
+                        pool=pool,
+                        extra_events=spooled_events(self.spooled),
+                    )
+                break
+            except StoreError as exc:
+                if exc.permanent:
+                    raise Fatal(f"store refuses {exc}") from None
+                if self.noticed.is_set():
+                    return None
+                if self.health.running:
+                    self.log("the store does not answer: stopping the model server until it does")
+                    self.health.stop()
+                self.log(f"reading the run record: {exc}; retrying in {backoff:.1f} s")
+                if self.noticed.wait(backoff):
+                    return None
+                backoff = min(30.0, backoff * 2)
+        if not self.health.running:
+            self.health.start()
+        return with_spool(history, self.spooled), now
+
+    def _recover(self) -> tuple[str, dict[str, Any], list[str], dict[str, int]] | None:
+        read = self._read_history()
+        if read is None:
+            return None
+        history, now = read
+        for problem in history.problems[:5]:
+            self.log(f"record: {problem}")
+        plan = hist.plan_recovery(
+            history,
+            self.config.node.id,
+            now,
+            self.order,
+            max_attempts=self.config.episodes.max_attempts,
+            incarnation=self.incarnation,
+        )
+        self.next_n.update(plan.next_n)
+        self.failures.update(plan.failures)
+        self.final.update(plan.final)
+        self.pending.extend(plan.pending)
+        with self.up.batch():
+            for attempt in plan.interrupted:
+                self.up.submit(Item(ATTEMPT, attempt.to_json()))
+            for attempt in plan.results:
+                self.up.submit(Item(ATTEMPT, attempt.to_json(), write_result=True))
+        recovered = {"lost_attempts": len(plan.interrupted), "results": len(plan.results)}
+        if plan.lost or plan.results:
+            self.log(
+                f"recorded {recovered['lost_attempts']} attempt(s) lost with an earlier incarnation as "
+                f"interrupted; {recovered['results']} result(s) recovered from attempts"
+            )
+        self.prev = hist.billed(hist.intervals(history, self.price.per_hour))
+        return plan.reason, dict(plan.details), list(plan.resolved), recovered
