@@ -597,3 +597,23 @@ def test_a_run_without_a_restart_names_what_it_could_not_measure(tmp_path: Path)
     assert given.placement_note.startswith(
         "test; not measured in this run, so from there too: lifetime_hours"
     )
+
+
+def test_node_status_is_the_operators_reading_of_the_record(built: Built) -> None:
+    from spoteval.operate.status import node_status
+
+    statuses = {st.node: (st.status, st.reason) for st in report.node_statuses(built.report)}
+    # A stopped itself when its share was done (the run is not: two episodes have no result), B was
+    # stopped by a rule, C by a measurement
+    assert statuses == {
+        A: ("stopped", "done"),
+        B: ("stopped_by_rule", "stop_rule:moon"),
+        C: ("stopped", "measurement"),
+    }
+    events = built.report.record.events
+    assert node_status(B, events, run_done=False).status == statuses[B][0]
+    text = report.render(built.report, width=200)
+    assert f"{B} stopped by a rule (stop_rule:moon)" in text
+    shared = report.report_json(built.report, shared=True)
+    assert [n["status"] for n in shared["nodes"]] == ["stopped", "stopped_by_rule", "stopped"]
+    assert all(n["node"] not in (A, B, C) for n in shared["nodes"])

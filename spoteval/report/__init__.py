@@ -55,6 +55,7 @@ from spoteval.report.analysis import (
     analyse,
     estimate_tau,
     measurement_cycles,
+    node_statuses,
     notice_tail_per_preemption,
     predicted_efficiency,
 )
@@ -123,6 +124,7 @@ __all__ = [
     "load_run",
     "measured_workload",
     "measurement_cycles",
+    "node_statuses",
     "notice_tail_per_preemption",
     "origin_of",
     "parse_record",

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval import placement
+from spoteval.operate.status import NodeStatus, node_status
 from spoteval.placement import lifetime
 from spoteval.record import (
     Attempt,
@@ -439,3 +440,13 @@ def _phase_stats(allocs: Sequence[Allocation]) -> dict[str, Stat]:
         if stat is not None:
             out[name] = stat
     return out
+
+
+def node_statuses(report: RunReport) -> list[NodeStatus]:
+    """What each node of the run is doing, as the operator and `scripts.operate status` see it from the
+    record (the same function, `spoteval.operate.status.node_status`, without the provider's state)."""
+    ep = report.episodes
+    run_done = ep.manifest is not None and ep.pending == 0
+    nodes = list(dict.fromkeys(a.node for a in report.allocations))
+    events = report.record.events
+    return [node_status(n, events, run_done=run_done, now=report.generated) for n in nodes]

@@ -11,7 +11,7 @@ from spoteval.record import (
     format_time,
 )
 from spoteval.report.allocation import allocation_of
-from spoteval.report.analysis import RunReport, Stat
+from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub_json
 from spoteval.scores import as_json as scores_json
 
@@ -74,6 +74,16 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
         "shared": shared,
         "generated": None if shared else format_time(report.generated),
         "allocations": allocs,
+        "nodes": [
+            {
+                "node": alias[st.node] if shared else st.node,
+                "status": st.status,
+                "label": st.label,
+                "reason": st.reason,
+                "since": _t(st.since, origin, shared) if st.since else None,
+            }
+            for st in node_statuses(report)
+        ],
         "tau": report.tau.to_json() if report.tau else None,
         "restart": {
             "wait": report.wait.to_json() if report.wait else None,

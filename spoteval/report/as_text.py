@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from spoteval.report.analysis import RunReport, Stat
+from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
 from spoteval.scores import as_text as scores_text
@@ -116,6 +116,12 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
         )
         if sources:
             say("Prices: " + "; ".join(f"{k} ({v} allocation(s))" for k, v in sources.items()))
+    statuses = node_statuses(report)
+    if statuses:
+        say(
+            "Nodes now (as the operator reads the record): "
+            + "; ".join(f"{alias[st.node] if shared else st.node} {st.label}" for st in statuses)
+        )
 
     tau = report.tau
     if tau is None:
