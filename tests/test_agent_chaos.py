@@ -261,7 +261,9 @@ def _chaos(
             )
             assert a.outcome == "completed" or (a.outcome == "interrupted" and cut_short), (name, a.error)
         else:  # failed by itself: a model failure, unless the node went before the failure was final
-            cut_short = a.details.get("lost") is True or (a.error or "").startswith("ended during shutdown")
+            cut_short = a.details.get("lost") is True or (a.error or "").startswith(
+                ("ended during shutdown", "killed by the agent")  # (in the instant after its last line)
+            )
             assert a.outcome == "model_failure" or (a.outcome == "interrupted" and cut_short), (name, a.error)
     assert by_cause["killed"] > 0
     errors = [
