@@ -83,6 +83,22 @@ def test_the_drill_finishes_with_preemptions_and_restarts(drilled: Drilled) -> N
     assert [e.reason for e in events if e.kind == "stop"] == ["done"]
 
 
+def test_the_drills_restarts_are_the_operators(drilled: Drilled) -> None:
+    r = drilled.result
+    events = drilled.report.record.events
+    by_operator = [
+        e
+        for e in events
+        if e.kind == "start"
+        and e.reason == "restart_after_preemption"
+        and e.details.get("source") == "operator"
+    ]
+    by_agent = [e for e in events if e.kind == "start" and "incarnation" in e.details]
+    # every node start after the first is the operator's, and each one's agent recorded its own start
+    assert len(by_operator) == r.incarnations - 1 == len(r.kills)
+    assert len(by_agent) == r.incarnations
+
+
 def test_every_episode_has_exactly_one_result(drilled: Drilled) -> None:
     assert sorted(drilled.results) == sorted(drilled.manifest)
     assert len(drilled.manifest) == SETTINGS.episodes
