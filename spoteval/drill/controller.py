@@ -318,7 +318,8 @@ class Drill:
                 chaos.over = True
                 code = plane.process.returncode if plane.process is not None else None
                 if all_done:
-                    self._log(f"node stopped by itself (exit {code}): every episode has its result")
+                    who = "the operator" if plane.state().raw == "stopped" else "itself"
+                    self._log(f"node stopped by {who} (exit {code}): every episode has its result")
                     return True
                 tail = _tail(self.out / "node" / "logs" / f"node-{chaos.start}.log")
                 status = operator.status()[0]
