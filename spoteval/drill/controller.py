@@ -245,7 +245,9 @@ class Drill:
         life = _Life(
             store, layout, config_path, frozenset(e.id for e in entries), time.monotonic() + cfg.timeout_s
         )
-        self.plane = plane = LocalPlane(lambda n: self._launch(config_path, n))
+        self.plane = plane = LocalPlane(
+            lambda n: self._launch(config_path, n), boot_file=self.out / "node" / "boot.json"
+        )
         operator = Operator(
             local_outputs(run_id, store_url),
             {NODE_ID: plane},

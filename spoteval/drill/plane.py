@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Final
 
 from spoteval.clouds import CapacityError, ControlPlaneError, NodeState, Price, StackOutputs
@@ -59,8 +60,10 @@ class LocalPlane:
         node: str = NODE_ID,
         price: float = SPOT_PRICE,
         clock: Callable[[], float] = time.monotonic,
+        boot_file: Path | None = None,
     ) -> None:
         self.node = node
+        self.boot_file = boot_file
         self.launch = launch
         self.price = price
         self.clock = clock
@@ -128,6 +131,21 @@ class LocalPlane:
             self.launched, self.launched_mono = utc_now(), self.clock()
             self.last_stop = "running"
             self.held = False
+            self._await_boot(self.process, self.launched.timestamp(), timeout_s)
+
+    def _await_boot(self, process: subprocess.Popen[bytes], since: float, timeout_s: float) -> None:
+        """Return once the node's startup process noted its boot (a cloud's start returns once the
+        machine runs), it ended, or `timeout_s` passed."""
+        if self.boot_file is None:
+            return
+        until = time.monotonic() + timeout_s
+        while time.monotonic() < until and process.poll() is None:
+            try:
+                if self.boot_file.stat().st_mtime >= since:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
 
     def _end(self, why: str) -> None:
         with self.lock:
