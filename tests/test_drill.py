@@ -76,11 +76,28 @@ def test_the_drill_finishes_with_preemptions_and_restarts(drilled: Drilled) -> N
     # the record shows every start, notice and preemption, with reasons and prices
     events = drilled.report.record.events
     starts = [e for e in events if e.kind == "start"]
-    assert starts[0].reason == "initial"
-    assert {e.reason for e in starts[1:]} == {"restart_after_preemption"}
+    agent_starts = [e for e in starts if "incarnation" in e.details]
+    assert agent_starts[0].reason == "initial"
+    assert {e.reason for e in agent_starts[1:]} == {"restart_after_preemption"}
     assert all(e.price_per_hour == drill.SPOT_PRICE and e.price_source == "configured" for e in starts)
     assert sum(1 for e in events if e.kind == "preempted") == len(r.kills)
     assert [e.reason for e in events if e.kind == "stop"] == ["done"]
+
+
+def test_the_drills_restarts_are_the_operators(drilled: Drilled) -> None:
+    r = drilled.result
+    events = drilled.report.record.events
+    by_operator = [
+        e
+        for e in events
+        if e.kind == "start"
+        and e.reason == "restart_after_preemption"
+        and e.details.get("source") == "operator"
+    ]
+    by_agent = [e for e in events if e.kind == "start" and "incarnation" in e.details]
+    # every node start after the first is the operator's; the only other starts are the agents' own
+    assert len(by_operator) == r.incarnations - 1 == len(r.kills)
+    assert len(by_operator) + len(by_agent) == sum(1 for e in events if e.kind == "start")
 
 
 def test_every_episode_has_exactly_one_result(drilled: Drilled) -> None:

@@ -1,14 +1,16 @@
-"""The drill's controller: it operates one node as a spot provider would, until every episode has a
-result or the time limit comes.
+"""The drill's controller: the local node under chaos, brought back by the real operator.
 
-- it starts the node through its startup path (spoteval/drill/node.py), with the same agent config
-  and store every time;
-- it takes the node away after an exponentially distributed lifetime (default mean 45 s), counted
-  from the node's start: `notice_s` before the end it sends SIGTERM to the agent's process group
-  (the notice), and at the end it freezes and SIGKILLs every process the node started (the node is
-  gone, whatever the agent was doing); it then records a `preempted` event, as the provider's
-  server-side event capture does;
-- it waits a capacity delay (exponential, default mean 5 s) and starts the node again.
+- the node is a control plane like a cloud's (spoteval/drill/plane.py): its start launches the node's
+  startup path (spoteval/drill/node.py) with the same agent config and store every time;
+- the chaos takes the node away after an exponentially distributed lifetime (default mean 45 s),
+  counted from the node's start: `notice_s` before the end it sends SIGTERM to the agent's process
+  group (the notice), and at the end it freezes and SIGKILLs every process the node started (the node
+  is gone, whatever the agent was doing); it then records a `preempted` event, as the provider's
+  server-side event capture does, and holds the capacity back for a delay (exponential, default mean
+  5 s): a start before then fails with "no capacity", as a provider's does;
+- the operator (spoteval.operate, the same code that runs against a cloud) checks the node every half
+  second: it waits for capacity with backoff, reads the price, checks the grant (spot never above the
+  on-demand price), starts the node again and records the start (`restart_after_preemption`).
 
 Just before each notice the controller freezes the node (SIGSTOP), lists the episodes in flight from
 the processes' command lines, delivers the notice and lets the node run on: the tests compare that
@@ -25,10 +27,11 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
@@ -37,6 +40,7 @@ from spoteval import loopback
 from spoteval.drill.config import (
     NODE_ID,
     NODE_PLACE,
+    ON_DEMAND_PRICE,
     DrillConfig,
     DrillError,
     DrillResult,
@@ -48,13 +52,24 @@ from spoteval.drill.config import (
 )
 from spoteval.drill.display import Display
 from spoteval.drill.node import pythonpath
-from spoteval.drill.procs import episodes_in, frozen, identifiable, kill_node
+from spoteval.drill.plane import LocalPlane, local_outputs
+from spoteval.drill.procs import episodes_in, frozen, identifiable
+from spoteval.grant import Grant
 from spoteval.loopback import LaunchError, free_port
 from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
+from spoteval.operate.decide import Timing
+from spoteval.operate.loop import Operator
 from spoteval.record import Event, RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 _PREEMPTED_SEQ: Final = 900_000
+#: The drill's operator checks every half second and backs off from half a second to two when the
+#: node has no capacity (against a cloud: every 60 s, from 60 s to 15 minutes).
+OPERATOR_TIMING: Final = Timing(
+    interval_s=0.5, backoff_first_s=0.5, backoff_max_s=2.0, stop_timeout_s=30.0, done_grace_s=30.0
+)
+#: The drill's grant: its spot node never costs more than on-demand.
+DRILL_GRANT: Final = Grant(price_cap=ON_DEMAND_PRICE, currency="USD")
 
 
 def start_moto(out: Path) -> loopback.Server:
@@ -87,7 +102,7 @@ class Drill:
         self.display = display
         self.out = cfg.out.resolve()
         self.moto: loopback.Server | None = None
-        self.node: subprocess.Popen[bytes] | None = None
+        self.plane: LocalPlane | None = None
         self.notes: list[str] = []
         self.lifetimes = random.Random(f"lifetimes:{cfg.seed}")
         self.delays = random.Random(f"capacity:{cfg.seed}")
@@ -191,9 +206,8 @@ class Drill:
             self._stop_node()
 
     def _stop_node(self) -> None:
-        if self.node is not None and self.node.poll() is None:
-            kill_node(self.node.pid)
-            self.node.wait(timeout=30)
+        if self.plane is not None:
+            self.plane.stop(30.0)
 
     def close(self) -> None:
         """End whatever still runs: the node, and the moto server (the record goes with it)."""
@@ -231,44 +245,30 @@ class Drill:
         life = _Life(
             store, layout, config_path, frozenset(e.id for e in entries), time.monotonic() + cfg.timeout_s
         )
+        self.plane = plane = LocalPlane(
+            lambda n: self._launch(config_path, n), boot_file=self.out / "node" / "boot.json"
+        )
+        operator = Operator(
+            local_outputs(run_id, store_url),
+            {NODE_ID: plane},
+            DRILL_GRANT,
+            store,
+            timing=OPERATOR_TIMING,
+            start_timeout_s=30.0,
+        )
         kills: list[Kill] = []
         exit_codes: list[int | None] = []
-        incarnation = 0
-        early = 0  # node starts in a row whose agent exited by itself before the run was done
-        finished = False
-        while time.monotonic() < life.deadline:
-            incarnation += 1
-            outcome, code, kill = self._one_life(life, incarnation, len(kills))
-            exit_codes.append(code)
-            if kill is not None:
-                early = 0
-                kills.append(kill)
-                self._log(f"node taken (preempted); capacity comes back in {kill.capacity_delay_s:.1f} s")
-                self._wait(
-                    min(time.monotonic() + kill.capacity_delay_s, life.deadline),
-                    life,
-                    incarnation,
-                    len(kills),
-                )
-                continue
-            if outcome == "done":
-                finished = True
-                self._log(f"node stopped by itself (exit {code}): every episode has its result")
-                break
-            if outcome == "timeout":
-                self.notes.append(
-                    f"stopped at the time limit of {cfg.timeout_s:g} s before every episode had a result"
-                )
-                self._log(self.notes[-1])
-                break
-            tail = _tail(self.out / "node" / "logs" / f"node-{incarnation}.log")
-            early += 1
-            if code == 2 or early == 3:  # a config the agent refuses, or an agent that keeps stopping
-                raise DrillError(f"the agent exited with {code} before the run was done: {tail}")
-            self.notes.append(
-                f"node start {incarnation}: the agent exited with {code} before the run was done"
-            )
-            self._log(f"{self.notes[-1]}: {tail}")
+        plane.start(30.0)  # the stack coming up: the node's first start (its agent records `initial`)
+        operating = threading.Event()
+        thread = threading.Thread(
+            target=self._operate, args=(operator, operating), name="operator", daemon=True
+        )
+        thread.start()
+        try:
+            finished = self._loop(life, plane, operator, kills, exit_codes)
+        finally:
+            operating.set()
+            thread.join(timeout=60)
         result = DrillResult(
             config=cfg,
             run_id=run_id,
@@ -276,7 +276,7 @@ class Drill:
             store_options=options,
             started=started,
             ended=utc_now(),
-            incarnations=incarnation,
+            incarnations=plane.starts,
             kills=tuple(kills),
             finished=finished,
             episodes=len(entries),
@@ -287,73 +287,143 @@ class Drill:
         (self.out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
         return result
 
-    def _one_life(self, life: _Life, incarnation: int, kills: int) -> tuple[str, int | None, Kill | None]:
-        """Start the node and run it until it is taken ("taken"), ends by itself ("done", "exited"),
-        or the drill's time runs out ("timeout")."""
+    def _operate(self, operator: Operator, stop: threading.Event) -> None:
+        """The operator's own loop (as it runs beside a cloud's nodes): a check every interval. Its
+        starts show as the controller's `node start N` lines; what went wrong is logged as it is."""
+        while not stop.wait(OPERATOR_TIMING.interval_s):
+            for line in operator.check_all():
+                if line.action in ("refused", "error"):
+                    self._log(f"operator: {line.action}: {line.message}")
+
+    def _loop(
+        self,
+        life: _Life,
+        plane: LocalPlane,
+        operator: Operator,
+        kills: list[Kill],
+        exit_codes: list[int | None],
+    ) -> bool:
+        """Chaos until every episode has a result (True) or the time limit (False)."""
         cfg = self.cfg
-        lifetime = self.lifetimes.expovariate(1.0 / cfg.lifetime_s)
-        launched = utc_now()
-        t_launch = time.monotonic()
-        self.node = node = self._launch(life.config, incarnation)
-        self._log(f"node start {incarnation} (its lifetime will be {lifetime:.1f} s)")
-        t_notice = t_launch + max(0.0, lifetime - cfg.notice_s) if cfg.notice_s > 0 else math.inf
-        t_kill = t_launch + lifetime
-        notice_at: datetime | None = None
-        in_flight: set[str] = set()
-        done_at: float | None = None
+        chaos = _Chaos()
+        early = 0  # node starts in a row whose agent exited by itself before the run was done
         while True:
             now = time.monotonic()
             done = self._count_results(life.store, life.layout)
-            self._status(done, len(life.ids), incarnation, kills, "notice sent" if notice_at else "running")
             all_done = done >= len(life.ids)
-            exited = node.poll() is not None
-            if exited and (notice_at is None or all_done):
-                return ("done" if all_done else "exited"), node.returncode, None
-            if all_done:
-                done_at = done_at or now
-                if now - done_at > 30:  # the agent should stop by itself once there is no work left
-                    self.notes.append("the agent did not exit within 30 s of the last result; node killed")
-                    kill_node(node.pid)
-                    node.wait(timeout=30)
-                    return "done", None, None
+            if plane.starts != chaos.start:  # the node was started (by the operator after the first)
+                chaos = self._new_life(plane)
+            exit_codes.extend(code for _, code in plane.exits())
+            if (
+                not chaos.over and not plane.state().running
+            ):  # it ended by itself (or the operator stopped it)
+                chaos.over = True
+                code = plane.process.returncode if plane.process is not None else None
+                if all_done:
+                    who = "the operator" if plane.state().raw == "stopped" else "itself"
+                    self._log(f"node stopped by {who} (exit {code}): every episode has its result")
+                    return True
+                tail = _tail(self.out / "node" / "logs" / f"node-{chaos.start}.log")
+                status = operator.status()[0]
+                early += 1
+                if code == 2 or early == 3 or not status.retry:
+                    # a config the agent refuses, an agent that keeps stopping, or one that stopped
+                    # for good (a stop rule): nothing will finish the run
+                    raise DrillError(
+                        f"the agent exited with {code} before the run was done ({status.label}): {tail}"
+                    )
+                self.notes.append(
+                    f"node start {chaos.start}: the agent exited with {code} before the run was done"
+                )
+                self._log(f"{self.notes[-1]}: {tail}")
+            if not chaos.over:
+                kill = self._chaos(life, chaos, plane, now=now, all_done=all_done)
+                if kill is not None:
+                    early = 0
+                    kills.append(kill)
+                    exit_codes.append(kill.agent_exit)
+                    self._log(f"node taken (preempted); capacity comes back in {kill.capacity_delay_s:.1f} s")
+            if all_done and chaos.over:
+                return True
             if now >= life.deadline:
-                kill_node(node.pid)
-                node.wait(timeout=30)
-                return "timeout", None, None
-            if notice_at is None and now >= t_notice and not exited and not all_done:
-                with frozen(node.pid, settle=True) as procs:
-                    # counted again with the node frozen: a node that has just finished gets no notice
-                    if self._count_results(life.store, life.layout) < len(life.ids):
-                        in_flight = episodes_in(procs, life.ids)
-                        notice_at = utc_now()
-                        with contextlib.suppress(ProcessLookupError):
-                            os.killpg(node.pid, signal.SIGTERM)
-                if notice_at is not None:
-                    self._log(f"notice (SIGTERM to the agent) with {len(in_flight)} episode(s) in flight")
-            if now >= t_kill:
-                break
+                plane.stop(30.0)
+                self.notes.append(
+                    f"stopped at the time limit of {cfg.timeout_s:g} s before every episode had a result"
+                )
+                self._log(self.notes[-1])
+                return False
+            phase = "running" if not chaos.over else "waiting for capacity"
+            if chaos.notice_at is not None and not chaos.over:
+                phase = "notice sent"
+            self._status(done, len(life.ids), max(1, plane.starts), len(kills), phase)
             time.sleep(0.05)
-        code = node.returncode
-        if node.poll() is None:
-            if notice_at is None:  # taken without notice: what was in flight dies now
-                with frozen(node.pid, settle=True) as procs:
-                    in_flight = episodes_in(procs, life.ids)
-            kill_node(node.pid)
-            node.wait(timeout=30)
-        killed_at = utc_now()
-        self._write_preempted(life.store, life.layout, killed_at, launched)
-        kill = Kill(
-            incarnation=incarnation,
-            launched=launched,
-            lifetime_s=lifetime,
-            notice_at=notice_at,
-            killed_at=killed_at,
-            in_flight=tuple(sorted(in_flight)),
-            observed=identifiable(eval_command(cfg)),
-            agent_exit=code,
-            capacity_delay_s=self.delays.expovariate(1.0 / cfg.capacity_delay_s),
+
+    def _new_life(self, plane: LocalPlane) -> _Chaos:
+        """The node has just started: draw how long the provider lets it live."""
+        lifetime = self.lifetimes.expovariate(1.0 / self.cfg.lifetime_s)
+        t_launch = plane.launched_mono if plane.launched_mono is not None else time.monotonic()
+        notice_s = self.cfg.notice_s
+        self._log(f"node start {plane.starts} (its lifetime will be {lifetime:.1f} s)")
+        return _Chaos(
+            start=plane.starts,
+            lifetime=lifetime,
+            launched=plane.launched or utc_now(),
+            t_notice=t_launch + max(0.0, lifetime - notice_s) if notice_s > 0 else math.inf,
+            t_kill=t_launch + lifetime,
+            over=False,
         )
-        return "taken", code, kill
+
+    def _chaos(
+        self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool
+    ) -> Kill | None:
+        """What the provider does to the running node now: the notice, then taking it."""
+        with plane.lock:
+            return self._chaos_locked(life, chaos, plane, now=now, all_done=all_done)
+
+    def _chaos_locked(
+        self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool
+    ) -> Kill | None:
+        process = plane.process
+        assert process is not None
+        exited = process.poll() is not None
+        if exited and not plane.held:
+            return None  # it ended by itself, before any notice: not the provider's doing
+        if chaos.notice_at is not None and exited and all_done:
+            plane.release()  # the agent finished after the notice: nothing left to take
+            return None
+        if chaos.notice_at is None and now >= chaos.t_notice and not exited and not all_done:
+            with frozen(process.pid, settle=True) as procs:
+                # counted again with the node frozen: a node that has just finished gets no notice
+                if self._count_results(life.store, life.layout) < len(life.ids):
+                    chaos.in_flight = episodes_in(procs, life.ids)
+                    chaos.notice_at = utc_now()
+                    plane.hold()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGTERM)
+            if chaos.notice_at is not None:
+                self._log(f"notice (SIGTERM to the agent) with {len(chaos.in_flight)} episode(s) in flight")
+        if now < chaos.t_kill:
+            return None
+        code = process.returncode
+        if process.poll() is None and chaos.notice_at is None:  # taken without notice: in flight dies now
+            with frozen(process.pid, settle=True) as procs:
+                chaos.in_flight = episodes_in(procs, life.ids)
+        delay = self.delays.expovariate(1.0 / self.cfg.capacity_delay_s)
+        plane.take(delay)
+        chaos.over = True
+        killed_at = utc_now()
+        self._write_preempted(life.store, life.layout, killed_at, chaos.launched)
+        return Kill(
+            incarnation=chaos.start,
+            launched=chaos.launched,
+            lifetime_s=chaos.lifetime,
+            notice_at=chaos.notice_at,
+            killed_at=killed_at,
+            in_flight=tuple(sorted(chaos.in_flight)),
+            observed=identifiable(eval_command(self.cfg)),
+            agent_exit=code,
+            capacity_delay_s=delay,
+        )
 
     def _status(self, done: int, total: int, incarnation: int, kills: int, phase: str) -> None:
         if self.display is not None:
@@ -362,11 +432,19 @@ class Drill:
                 f"node start {incarnation}: {phase}; interruptions {kills}; restarts {incarnation - 1}",
             )
 
-    def _wait(self, until: float, life: _Life, incarnation: int, kills: int) -> None:
-        while time.monotonic() < until:
-            done = self._count_results(life.store, life.layout)
-            self._status(done, len(life.ids), incarnation, kills, "waiting for capacity")
-            time.sleep(min(0.2, max(0.0, until - time.monotonic())))
+
+@dataclass
+class _Chaos:
+    """The chaos controller's view of the node's current life."""
+
+    start: int = 0  # the plane's start count this life belongs to
+    lifetime: float = 0.0
+    launched: datetime = field(default_factory=utc_now)
+    t_notice: float = math.inf
+    t_kill: float = math.inf
+    notice_at: datetime | None = None
+    in_flight: set[str] = field(default_factory=set)
+    over: bool = True  # taken, or ended by itself
 
 
 @dataclass(frozen=True)
