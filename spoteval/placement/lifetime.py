@@ -21,8 +21,8 @@ Warnings: fewer than 5 preemptions (the interval is wide), and an observed coeff
 (standard deviation / mean of the uncensored lifetimes) above 1: an exponential has exactly 1, so the
 lifetimes are more irregular than the closed form assumes and a trace replay should be trusted over it.
 
-Traces (../shared/traces, the spot traces of "Can't Be Late", NSDI 2024)
-------------------------------------------------------------------------
+Traces (tests/data/traces: the spot traces of "Can't Be Late", NSDI 2024)
+-------------------------------------------------------------------------
 A trace file is `{"metadata": {"gap_seconds": G}, "data": [v0, v1, ...]}`, one value per tick of G
 seconds. A value of 0 means the spot instance is running; any other value means it is not (preempted,
 waiting for capacity). A lifetime is a run of 0s followed by a non-zero value (a preemption); a
