@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from spoteval.cli import OneLineParser
 from spoteval.clouds import ControlPlaneError
 from spoteval.grant import GrantError
 from spoteval.measure import PROG, MeasureError, Options, run
@@ -54,7 +55,7 @@ def _cycles(value: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m scripts.measure_restart",
         description="Measure the restart cost S on a deployed stack with forced stop/start cycles.",
     )

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from spoteval.cli import OneLineParser
 from spoteval.clouds import ControlPlaneError
 from spoteval.config_reader import DocumentError
 from spoteval.grant import GrantError
@@ -46,7 +47,7 @@ def _positive(value: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m scripts.operate",
         description="Restart preempted nodes within the grant; stop them when the run is done.",
     )

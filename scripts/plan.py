@@ -25,12 +25,13 @@ from typing import Final
 
 from components.mocks import STACKS_DIR, RenderError, render_stack, stack_files, stack_name
 from components.plan import as_json, as_text
+from spoteval.cli import OneLineParser
 
 EXIT_BAD_INPUT: Final = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m scripts.plan",
         description="Print what a stack declares, rendered without a cloud account.",
     )

@@ -29,6 +29,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 
+from spoteval.cli import OneLineParser
+
 
 def unit_hash(seed: int, episode_id: str, salt: str) -> float:
     """A number in [0, 1) fixed by (seed, episode id, salt)."""
@@ -61,7 +63,7 @@ def ask(model_url: str, prompt: str, timeout: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spoteval.sample_episode")
+    parser = OneLineParser(prog="python -m spoteval.sample_episode")
     parser.add_argument("--episode-id", required=True)
     parser.add_argument("--model-url", required=True)
     parser.add_argument("--output", required=True)

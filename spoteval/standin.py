@@ -17,7 +17,6 @@ exit code 0. Runs on Python >= 3.10.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import signal
@@ -27,6 +26,8 @@ import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
+
+from spoteval.cli import OneLineParser
 
 DEFAULT_MODEL: Final = "standin"
 _WORDS: Final = (
@@ -200,7 +201,7 @@ def serve(host: str, port: int, model: str = DEFAULT_MODEL, startup_delay_s: flo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spoteval.standin", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m spoteval.standin", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--model", default=DEFAULT_MODEL)

@@ -24,7 +24,6 @@ Standard library only (Python >= 3.10), apart from the `nebius` SDK for Nebius.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -33,6 +32,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from spoteval.cli import OneLineParser
 from spoteval.providers import BY_KEY, NEBIUS
 
 PROG: Final = "spot-eval-api-stop"
@@ -152,7 +152,7 @@ def stop(provider: str, *, metadata_url: str | None, timeout: float, env: Mappin
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="stop this node through its provider's API")
+    parser = OneLineParser(prog=PROG, description="stop this node through its provider's API")
     parser.add_argument("provider", choices=PROVIDERS)
     parser.add_argument("--metadata-url", help=f"instance metadata service (nebius; {NEBIUS_METADATA_URL})")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per API call (default 20)")

@@ -10,7 +10,6 @@ it can see).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import json
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from spoteval.cli import OneLineParser
 from spoteval.record import format_time, utc_now
 
 PACKAGE_ROOT: Final = Path(__file__).resolve().parent.parent.parent
@@ -36,7 +36,7 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     nothing is left. SIGTERM (the provider's notice) reaches the agent through the group; this
     process ignores it (a machine does not stop for a notice).
     """
-    parser = argparse.ArgumentParser(prog="python -m spoteval.drill node")
+    parser = OneLineParser(prog="python -m spoteval.drill node")
     parser.add_argument("--config", required=True)
     parser.add_argument("--boot-file", required=True)
     args = parser.parse_args(argv)
@@ -84,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m spoteval.drill node ...` (the node's startup path; the drill itself is scripts/drill.py)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "node":
-        print("usage: python -m spoteval.drill node --config agent.json --boot-file FILE", file=sys.stderr)
+        print(
+            "python -m spoteval.drill: the only command is `node --config agent.json --boot-file FILE`",
+            file=sys.stderr,
+        )
         return 2
     return node_main(args[1:])

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from spoteval import harness as registry
+from spoteval.cli import OneLineParser
 from spoteval.harness.base import COMPLETED, MODEL_FAILURE, HarnessError, Job, Outcome, SampleRecord, one_line
 from spoteval.harness.ids import SampleId, SampleIdError, parse_samples, sample_key
 from spoteval.harness.progress import Progress, ShardKeys, attempt_token
@@ -92,7 +93,7 @@ def _samples(args: argparse.Namespace, env: Mapping[str, str]) -> list[SampleId]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spoteval.harness run", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m spoteval.harness run", description=__doc__.splitlines()[0])
     p.add_argument("--harness", required=True)
     p.add_argument("--task", required=True)
     p.add_argument("--model", required=True, help="the name the model server serves")

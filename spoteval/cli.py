@@ -1,0 +1,23 @@
+"""The command lines' shared argument parser: a usage error is one line and exit 2.
+
+argparse prints the whole multi-line usage before its message. The project's error format is one
+line naming the problem (`prog: message`) and exit code 2, for option errors as for any other bad
+input. Standard library only: the node agent's commands use it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An `argparse.ArgumentParser` whose usage errors print `prog: message` and exit 2.
+
+    Subparsers made with `add_subparsers()` are of the same class (argparse's default).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message}\n")
