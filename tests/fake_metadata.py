@@ -114,12 +114,14 @@ class FakeAws(FakeServer):
     def __init__(self) -> None:
         self.tokens: set[str] = set()
         self.instance_action: dict[str, str] | None = None
+        self.action_time: datetime | None = None
         self.rebalance: dict[str, str] | None = None
         self.unauthorized = 0
         super().__init__()
 
     def interrupt(self, action: str = "stop", seconds: float = 120.0) -> None:
-        when = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+        when = (datetime.now(timezone.utc) + timedelta(seconds=seconds)).replace(microsecond=0)
+        self.action_time = when  # the time the reply carries, to the second
         self.instance_action = {"action": action, "time": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
     def recommend_rebalance(self) -> None:
@@ -174,6 +176,7 @@ class FakeAzure(FakeServer):
         self.events: list[dict[str, Any]] = []
         self.incarnation = 1
         self.acks: list[tuple[float, list[str]]] = []
+        self.not_before: dict[str, datetime] = {}  # event id -> the NotBefore its reply carries
         self.missing_header = 0
         super().__init__()
 
@@ -181,7 +184,9 @@ class FakeAzure(FakeServer):
         self, event_type: str = "Preempt", seconds: float = 30.0, resources: list[str] | None = None
     ) -> str:
         event_id = str(uuid.uuid4()).upper()
-        not_before = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=seconds), usegmt=True)
+        when = (datetime.now(timezone.utc) + timedelta(seconds=seconds)).replace(microsecond=0)
+        self.not_before[str(event_id)] = when
+        not_before = format_datetime(when, usegmt=True)
         with self.lock:
             self.events.append(
                 {

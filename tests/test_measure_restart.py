@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -100,12 +101,12 @@ class ModelServerOnNode:
             else:
                 ip = instance.get("PublicIpAddress")
                 if self._seen_stopped or ip != self._ip:
+                    self._seen_stopped, self._ip = False, ip
+                    if self.on_boot is not None:  # before the model server answers
+                        self.on_boot()
                     now = time.monotonic()
                     self.boots.append(now)
                     self.server.ready_at = now + self.delay
-                    self._seen_stopped, self._ip = False, ip
-                    if self.on_boot is not None:
-                        self.on_boot()
             time.sleep(0.02)
 
     def close(self) -> None:
@@ -358,6 +359,56 @@ def test_budget_too_small_for_a_cycle_refuses_with_stop_rule_budget(
     assert main(base_args(node, model_server, "--yes", "--grant", str(grant))) == 1
     assert node.state() == "stopped"
     assert kinds(node.events())[-1] == ("stop", "stop_rule:budget")
+
+
+def _another_node_spent(node: Node, per_hour: float, hours: float) -> None:
+    """Write, as another node of the same run would, a start `hours` ago and a stop now."""
+    now = utc_now()
+    for seq, (kind, reason, when) in enumerate(
+        (("start", "initial", now - timedelta(hours=hours)), ("stop", "done", now)), start=1
+    ):
+        event = Event(
+            time=when,
+            run_id=RUN_ID,
+            node="i-another",
+            kind=kind,
+            reason=reason,
+            provider="aws",
+            region="us-east-1",
+            instance_type=ITYPE,
+            market="spot",
+            price_per_hour=per_hour,
+            currency="USD",
+            price_source="api",
+        )
+        assert node.store.put_new(RunLayout(RUN_ID).event(when, event.node, seq), event.dumps())
+
+
+def test_the_budget_is_checked_again_before_the_second_start(
+    node: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the first start fits the budget; while its cycle runs, another node of the run spends more than
+    # is left, and the second start is refused from the record as it stands then
+    server = ModelServerOnNode(node, BOOT_DELAY, on_boot=lambda: _another_node_spent(node, 1.0, 1.0))
+    grant = tmp_path / "grant.yaml"
+    grant.write_text("budget: 0.5\ncurrency: USD\n")
+    try:
+        code = main(base_args(node, server, "--cycles", "2", "--yes", "--grant", str(grant)))
+    finally:
+        server.close()
+    assert code == 1
+    assert "budget" in capsys.readouterr().err
+    assert node.state() == "stopped"
+    assert len(server.boots) == 1
+    mine = [e for e in node.events() if e.node == node.instance_id and e.kind in ("start", "stop")]
+    assert kinds(mine) == [
+        ("stop", "measurement"),
+        ("start", "measurement"),
+        ("stop", "measurement"),
+        ("stop", "stop_rule:budget"),
+    ]
+    assert [e.details.get("cycle") for e in mine] == [1, 1, 2, 2]
+    assert mine[-1].details["refused"] == "start"
 
 
 def test_model_server_that_never_answers_fails_and_leaves_the_node_running_when_asked(
