@@ -557,4 +557,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             node_ids, scope = node.node_ids, node.vm.id
         EventCapture(name, EventCaptureArgs(settings, group.name, scope), opts)
     StopRules(name, StopRulesArgs(settings, context, group.name, group.id), opts)
-    return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone or "")
+    pool_size = settings.node.count if settings.node.pool else 0
+    return StackOutputs(
+        bucket_url=store.url, node_ids=node_ids, zone=settings.zone or "", pool_size=pool_size
+    )

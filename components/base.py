@@ -22,7 +22,9 @@ CLOCK: ContextVar[datetime | None] = ContextVar("spot_eval_clock", default=None)
 
 #: stack outputs, the same names on every provider (`pulumi stack output --json` is read by the
 #: scripts through spoteval.clouds, which owns the list)
-OUTPUT_NAMES: Final = OUTPUT_KEYS
+#: every output of a stack: the control planes' keys, then `pool_size` (the size a pool stack declares
+#: for its group, 0 otherwise; spoteval/clouds/groups.py reads it)
+OUTPUT_NAMES: Final = (*OUTPUT_KEYS, "pool_size")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class StackOutputs:
     bucket_url: pulumi.Input[str]
     node_ids: pulumi.Input[list[str]]
     zone: pulumi.Input[str]
+    pool_size: int = 0  # a group's size (an Auto Scaling group, a scale set); 0 for single nodes
 
     def export(self, settings: Settings) -> None:
         values: dict[str, pulumi.Input[object]] = {
@@ -52,6 +55,7 @@ class StackOutputs:
             "run_id": settings.run_id,
             "server_port": settings.server.port,
             "address_kind": settings.address_kind,
+            "pool_size": self.pool_size,
         }
         assert tuple(values) == OUTPUT_NAMES
         for name, value in values.items():

@@ -50,6 +50,14 @@ def _runpod(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlP
     return RunpodPlane.connect(outputs, node, options)
 
 
+def _group(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
+    from spoteval.clouds.groups import AwsGroupPlane, AzureScaleSetPlane
+
+    if outputs.provider == "aws":
+        return AwsGroupPlane.connect(outputs, node, options)
+    return AzureScaleSetPlane.connect(outputs, node, options)
+
+
 #: provider name (the stack's `provider` output) -> factory
 PROVIDERS: Final[dict[str, Factory]] = {
     "aws": _aws,
@@ -62,12 +70,26 @@ PROVIDERS: Final[dict[str, Factory]] = {
 }
 
 
-def open_plane(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    """The control plane for one node of the stack."""
+def open_plane(
+    outputs: StackOutputs, node: str, options: PlaneOptions, *, groups: bool = False
+) -> ControlPlane:
+    """The control plane for one node of the stack. A pool stack's node id is its group (an Auto
+    Scaling group, a scale set): with `groups` (the operator) its plane drives the group through the
+    provider's engine (spoteval/clouds/groups.py); without (the restart measurement) it is refused,
+    since restarts are measured on a single node."""
     if node not in outputs.node_ids:
         raise ControlPlaneError(
             f"node {node!r} is not among the stack's node_ids ({', '.join(outputs.node_ids)})"
         )
+    from spoteval.clouds.groups import GROUP_PROVIDERS, pool_size
+
+    if pool_size(outputs) > 0 and outputs.provider in GROUP_PROVIDERS:
+        if not groups:
+            raise ControlPlaneError(
+                f"{outputs.provider} node {node!r} is a pool of {pool_size(outputs)}: restarts are "
+                "measured on a single-node stack (node.count: 1)"
+            )
+        return _group(outputs, node, options)
     factory = PROVIDERS.get(outputs.provider)
     if factory is None:
         raise ControlPlaneError(f"no control plane for provider {outputs.provider!r}")

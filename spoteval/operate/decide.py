@@ -14,11 +14,13 @@ Order of the rules:
 3. The node holds capacity: stopped when the budget is spent (`stop_rule:budget`), the run's node
    time reached `max_runtime_hours` (`stop_rule:max_runtime`), or, where the provider's engine
    restarted it, the price now is above the cap (`stop_rule:price_cap`); else nothing.
-4. The node was taken and work remains: where the provider's engine restarts it (an AWS persistent
-   spot request, a Kubernetes controller) nothing but watching; before the capacity backoff has
-   run out, nothing; else the grant is checked (region, instance type, max runtime, then the price
-   now against the cap and the budget left for one more check interval) and the node is started
-   (`restart_after_preemption`), or the start is refused with the grant's reason and a hint.
+4. The node was taken and work remains (for a pool whose engine does not restore its members, also
+   when it serves with fewer members than the stack's size): where the provider's engine restarts
+   it (an AWS persistent spot request, an Auto Scaling group, a Kubernetes controller) nothing but
+   watching; before the capacity backoff has run out, nothing; else the grant is checked (region,
+   instance type, max runtime, then the price now against the cap and the budget left for one more
+   check interval) and the node is started (`restart_after_preemption`), or the start is refused
+   with the grant's reason and a hint.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class NodeView:
     can_stay_stopped: bool = True
     failures: int = 0  # refused or failed starts since the node was taken
     last_failure: datetime | None = None
+    missing: int = 0  # a pool's members below the stack's size (the group serves with fewer)
 
 
 @dataclass(frozen=True)
@@ -166,9 +169,14 @@ def decide(
         return _wait(status.detail)
     if status.status == STOPPED:
         return _wait(status.detail)
-    if status.status in (SERVING, STARTING):
+    restoring = status.status == SERVING and view.missing > 0 and not view.engine_restarts
+    if status.status in (SERVING, STARTING) and not restoring:
         return _holding(view, grant, run, now, price)
-    if status.status not in (PREEMPTED, STOPPED_BY_RULE):
+    if restoring:
+        held = _holding(view, grant, run, now, price)
+        if held.kind != WAIT:
+            return held
+    if status.status not in (PREEMPTED, STOPPED_BY_RULE) and not restoring:
         return _wait(status.detail)
     if view.engine_restarts:
         return _wait("taken; the provider's engine starts it again when capacity returns")
@@ -193,4 +201,7 @@ def decide(
         grant.check_budget(run.events, next_hours=timing.start_hours, price_per_hour=price.per_hour)
     except Refusal as exc:
         return _refuse(exc, price)
+    if restoring:
+        message = f"{view.missing} of its members taken and work remains: restoring them"
+        return Action(START, "restart_after_preemption", message, price)
     return Action(START, "restart_after_preemption", "taken and work remains: starting it", price)

@@ -140,7 +140,7 @@ def open_planes(inputs: Inputs, config: PlaneOptions) -> dict[str, ControlPlane]
     out: dict[str, ControlPlane] = {}
     for node in inputs.outputs.node_ids:
         try:
-            out[node] = open_plane(inputs.outputs, node, config)
+            out[node] = open_plane(inputs.outputs, node, config, groups=True)
         except ControlPlaneError as exc:
             raise OperateError(f"node {node}: {exc}") from None
     return out

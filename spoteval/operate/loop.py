@@ -86,9 +86,19 @@ class Operator:
     def read(self) -> RunView:
         return read_run(self.store, self.layout, self._cache)
 
+    def _group(self, node: str) -> bool:
+        """Whether this node id is a pool's group (its members are the run's other node ids)."""
+        return bool(getattr(self.planes[node], "is_group", False))
+
     def _status(self, node: str, run: RunView, state: NodeState | None) -> NodeStatus:
         return node_status(
-            node, run.events, run_done=run.done, state=state, refusals=run.refusals(), now=self.clock()
+            node,
+            run.events,
+            run_done=run.done,
+            state=state,
+            refusals=run.refusals(),
+            now=self.clock(),
+            group=self._group(node),
         )
 
     def status(self) -> list[NodeStatus]:
@@ -98,9 +108,10 @@ class Operator:
 
     def _view(self, node: str, plane: ControlPlane, status: NodeStatus, run: RunView) -> NodeView:
         state = status.state or NodeState("unknown", "not read")
-        events = node_events(run.events, node)
+        events = node_events(run.events, node, group=self._group(node))
         starts = [e.time for e in events if e.kind == "start"]
         since = starts[-1] if starts else None
+        missing = state.details.get("missing", 0)
         failures = run.notes_of(node, "capacity_error", since) + run.notes_of(node, "start_error", since)
         last = latest(failures)
         return NodeView(
@@ -112,6 +123,7 @@ class Operator:
             can_stay_stopped=plane.can_stay_stopped,
             failures=len(failures),
             last_failure=last.time if last else None,
+            missing=missing if isinstance(missing, int) else 0,
         )
 
     # --- one node -----------------------------------------------------------------------------------
@@ -147,6 +159,7 @@ class Operator:
         self, node: str, plane: ControlPlane, status: NodeStatus, view: NodeView, action: Action
     ) -> Line:
         requested = self.clock()
+        before = _members(status.state)
         try:
             plane.start(self.start_timeout_s)
         except ControlPlaneError as exc:
@@ -170,28 +183,38 @@ class Operator:
         running = self.clock()
         waited = (running - status.taken_at).total_seconds() if status.taken_at else None
         price = action.price
-        self.journal.event(
-            running,
-            node,
-            "start",
-            "restart_after_preemption",
-            price=price,
-            details={
-                "by": "operator",
-                "requested": format_time(requested),
-                "start_s": round((running - requested).total_seconds(), 3),
-                "waited_s": None if waited is None else round(waited, 3),
-                "capacity_errors": view.failures,
-                "evidence": status.evidence,
-                **({} if price is None else {"price": price.to_json()}),
-            },
-        )
+        details = {
+            "by": "operator",
+            "requested": format_time(requested),
+            "start_s": round((running - requested).total_seconds(), 3),
+            "waited_s": None if waited is None else round(waited, 3),
+            "capacity_errors": view.failures,
+            "evidence": status.evidence,
+            **({} if price is None else {"price": price.to_json()}),
+        }
+        # A pool's start is recorded for each member it brought: those are the nodes that bill (the
+        # group itself is no node of the record).
+        started = [node]
+        if self._group(node):
+            started = sorted(_members(self._state_after(plane)) - before)
+            details["group"] = node
+        for member in started:
+            self.journal.event(
+                running, member, "start", "restart_after_preemption", price=price, details=details
+            )
         cost = (
             f"{price.per_hour:g} {price.currency}/h ({price.source})"
             if price and price.per_hour is not None
             else "price unknown"
         )
-        return Line(node, status, "started", f"restart_after_preemption at {cost}")
+        members = f" ({len(started)} members)" if self._group(node) else ""
+        return Line(node, status, "started", f"restart_after_preemption at {cost}{members}")
+
+    def _state_after(self, plane: ControlPlane) -> NodeState | None:
+        try:
+            return plane.state()
+        except ControlPlaneError:
+            return None
 
     def _leave_stopped(self, plane: ControlPlane) -> dict[str, object]:
         """After a failed start, a node that is nonetheless up is stopped: no GPU bills while nothing runs."""
@@ -211,18 +234,19 @@ class Operator:
         except ControlPlaneError as exc:
             return Line(node, status, "error", f"stopping it ({reason}) failed: {exc}")
         stopped = self.clock()
-        events = node_events(run.events, node)
-        if events and events[-1].kind == "stop":
+        details = {"by": "operator", "message": action.message}
+        # a pool's stop ends each member that was running (the nodes that bill)
+        nodes = sorted(_members(status.state)) if self._group(node) else [node]
+        if self._group(node):
+            details["group"] = node
+        for member in nodes:
+            events = node_events(run.events, member)
+            if events and events[-1].kind == "stop":
+                self.journal.note(Note(stopped, member, "stopped", reason, action.message))
+            else:
+                self.journal.event(stopped, member, "stop", reason, price=action.price, details=details)
+        if not nodes:
             self.journal.note(Note(stopped, node, "stopped", reason, action.message))
-        else:
-            self.journal.event(
-                stopped,
-                node,
-                "stop",
-                reason,
-                price=action.price,
-                details={"by": "operator", "message": action.message},
-            )
         return Line(node, status, "stopped", f"{reason}: {action.message}")
 
     def _refuse(self, node: str, status: NodeStatus, run: RunView, action: Action) -> Line:
@@ -293,6 +317,12 @@ class Operator:
             if settled or (max_passes is not None and passes >= max_passes):
                 return lines
             self.sleep(self.timing.interval_s)
+
+
+def _members(state: NodeState | None) -> set[str]:
+    """A pool group's running members, as its plane lists them (empty for a single node)."""
+    members = state.details.get("members", ()) if state is not None else ()
+    return {str(m) for m in members} if isinstance(members, tuple | list) else set()
 
 
 def blocked(line: Line) -> bool:

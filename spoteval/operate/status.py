@@ -98,7 +98,11 @@ def record_node(node_id: str) -> str:
     return node_id.rstrip("/").rsplit("/", 1)[-1] or node_id
 
 
-def node_events(events: Iterable[Event], node: str) -> list[Event]:
+def node_events(events: Iterable[Event], node: str, *, group: bool = False) -> list[Event]:
+    """The node's events, in time order. A pool's group (`group=True`) is the whole run: its members
+    come and go with ids nobody knew in advance, and every event of the run is one of theirs."""
+    if group:
+        return sorted(events, key=lambda e: e.time)
     name = record_node(node)
     return sorted((e for e in events if e.node in (node, name)), key=lambda e: e.time)
 
@@ -120,6 +124,7 @@ def node_status(
     refusals: Iterable[Refusal] = (),
     now: datetime | None = None,
     heartbeat_s: float = 30.0,
+    group: bool = False,
 ) -> NodeStatus:
     """The node's status from the record, and from the provider's `state` when given.
 
@@ -127,7 +132,7 @@ def node_status(
     record shows a notice or a `preempted` event after its start, or silence for longer than
     LOST_AFTER_HEARTBEATS heartbeats before `now`; else `serving`.
     """
-    evs = node_events(events, node)
+    evs = node_events(events, node, group=group)
     starts = [e for e in evs if e.kind == "start"]
     last_start = starts[-1] if starts else None
     since_start = [e for e in evs if last_start is None or e.time >= last_start.time]
