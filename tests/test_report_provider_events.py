@@ -196,6 +196,12 @@ def test_report_records_the_providers_events_once_and_counts_each_preemption_onc
     ]
     assert rep["tau"]["preemptions"] == 2
     assert not any("outside any allocation" in p["message"] for p in rep["problems"])
+    assert report_cli.main(argv[:-1]) == 0  # the text report: the same ledger, in one line
+    text = capsys.readouterr().out
+    assert (
+        "Preemptions: 2 (agent and provider both saw 1, only the agent 0, only the provider 1); "
+        "provider-reported stops: 1 (0 the agent recorded too)\n" in text
+    )
 
 
 def test_a_stack_without_the_capture_output_is_refused_with_one_line(
