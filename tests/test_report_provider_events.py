@@ -272,3 +272,19 @@ def test_a_provider_stop_after_the_agents_stop_is_left_out() -> None:
     kept, ledger = reconcile(events)
     assert [(e.kind, e.reason) for e in kept] == [("start", "initial"), ("stop", "done")]
     assert (ledger.provider_stops, ledger.repeated_stops, ledger.total) == (1, 1, 0)
+
+
+def test_a_sigterm_before_our_own_stop_is_no_sighting_and_a_recorded_preemption_is_kept_once() -> None:
+    ours = [ev(0, "n", "start", "initial"), ev(50, "n", "notice", "sigterm"), ev(55, "n", "stop", "user")]
+    ledger = reconcile(ours)[1]
+    assert (ledger.agent, ledger.total) == (0, 0)
+    # a restart measurement's forced preemption, also in the provider's record: one preemption,
+    # and the provider's copy does not end a second allocation
+    measured = [
+        ev(0, "n", "start", "measurement"),
+        ev(100, "n", "preempted", "provider", simulated=True),
+        provider(101, "n"),
+    ]
+    kept, ledger = reconcile(measured)
+    assert [(e.kind, e.details.get("observer")) for e in kept] == [("start", None), ("preempted", None)]
+    assert (ledger.agent, ledger.provider, ledger.both, ledger.total) == (1, 1, 1, 1)

@@ -12,13 +12,16 @@ by a drill or a restart measurement) and the provider's `preempted` (`details.ob
   recommendations (SIGTERM included) and `preempted` events not written from the provider's events.
 - A provider `stop` (a state change to stopped or terminated without an interruption) after an agent
   `stop` of the node, with no `start` between, is that stop seen again.
+- A SIGTERM notice followed by the node's own `stop` is how our own stops look from inside (as in
+  the allocations of spoteval/billing.py): not a sighting of a preemption.
 
 `reconcile(events)` returns the events the allocations are built from, and the ledger. A provider
-`stop` seen again is left out. A kept provider event whose node still wrote events after the
-provider's time (before its next `start`) is placed just after the last of them: the node visibly
-ran until then (the provider's time is a warning, or the clocks differ). So a matched preemption
-ends the allocation its notice marked, an unmatched one ends the allocation the agent never
-closed (as `preempted` rather than lost), and nothing opens a second allocation.
+`stop` seen again, and a provider `preempted` paired with the record's own `preempted`, are left
+out. A kept provider event whose node still wrote events after the provider's time (before its
+next `start`) is placed just after the last of them: the node visibly ran until then (the
+provider's time is a warning, or the clocks differ). So a matched preemption ends the allocation
+its notice marked, an unmatched one ends the allocation the agent never closed (as `preempted`
+rather than lost), and nothing opens a second allocation.
 """
 
 from __future__ import annotations
@@ -52,12 +55,23 @@ def notice_length(provider: str | None) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def _agent_sighting(event: Event) -> bool:
-    if from_provider(event):
-        return False
-    if event.kind == "notice":
-        return event.reason != "rebalance_recommendation"
-    return event.kind == "preempted"
+def _agent_sightings(events: list[Event]) -> list[Event]:
+    """The node's own sightings of a preemption (its events in time order). A SIGTERM followed by
+    the node's own `stop` (before its next start) is how our own stops look from inside: not one."""
+    out: list[Event] = []
+    for i, e in enumerate(events):
+        if from_provider(e) or e.kind not in ("notice", "preempted"):
+            continue
+        if e.kind == "notice" and e.reason == "rebalance_recommendation":
+            continue
+        if e.kind == "notice" and e.reason == "sigterm":
+            after = next(
+                (x for x in events[i + 1 :] if not from_provider(x) and x.kind in ("start", "stop")), None
+            )
+            if after is not None and after.kind == "stop":
+                continue
+        out.append(e)
+    return out
 
 
 @dataclass(frozen=True)
@@ -86,30 +100,33 @@ class Ledger:
 _COUNTS: Final = ("agent", "provider", "both", "provider_stops", "repeated_stops")
 
 
-def _pairs(agent: list[Event], provider: list[Event], window: timedelta) -> int:
+def _pairs(agent: list[Event], provider: list[Event], window: timedelta) -> dict[int, Event]:
+    """Provider event (by identity) -> the agent's sighting it pairs with, earliest first."""
     used: set[int] = set()
-    both = 0
+    out: dict[int, Event] = {}
     for p in provider:
         for i, n in enumerate(agent):
             if i not in used and n.time - SLACK <= p.time <= n.time + window + SLACK:
                 used.add(i)
-                both += 1
+                out[id(p)] = n
                 break
-    return both
+    return out
 
 
 def _node(events: list[Event]) -> tuple[list[Event], Ledger]:
     events = sorted(events, key=lambda e: e.time)
-    agent = [e for e in events if _agent_sighting(e)]
+    agent = _agent_sightings(events)
     provider = [e for e in events if from_provider(e) and e.kind == "preempted"]
     window = notice_length(next((e.provider for e in events if e.provider), None))
-    both = _pairs(agent, provider, window)
+    pairs = _pairs(agent, provider, window)
     kept: list[Event] = []
     stops = repeated = 0
     for i, e in enumerate(events):
         if not from_provider(e):
             kept.append(e)
             continue
+        if id(e) in pairs and pairs[id(e)].kind == "preempted":
+            continue  # the record's own `preempted` (a drill's, a measurement's) already ends it
         before = [x for x in events[:i] if not from_provider(x) and x.kind in ("start", "stop")]
         if e.kind == "stop":
             stops += 1
@@ -127,7 +144,7 @@ def _node(events: list[Event]) -> tuple[list[Event], Ledger]:
             kept.append(replace(e, time=moved, details={**e.details, "provider_time": format_time(e.time)}))
         else:
             kept.append(e)
-    return kept, Ledger(len(agent), len(provider), both, stops, repeated)
+    return kept, Ledger(len(agent), len(provider), len(pairs), stops, repeated)
 
 
 def reconcile(events: Sequence[Event]) -> tuple[list[Event], Ledger]:
