@@ -321,3 +321,14 @@ def test_each_stack_exports_where_its_capture_is_declared() -> None:
         assert EVENT_CAPTURE not in render_stack(STACKS[provider], now=NOW).outputs, stack_name(
             STACKS[provider]
         )
+
+
+def test_every_event_fact_has_its_source_and_a_reader_exactly_where_a_capture_exists() -> None:
+    from spoteval.clouds.registry import EVENT_READERS
+    from spoteval.events.facts import EVENT_HISTORY
+
+    assert {h.source.checked for h in EVENT_HISTORY.values()} == {"2026-12-01"}
+    assert all(h.source.url.startswith("https://") for h in EVENT_HISTORY.values())
+    with_capture = {key for key, h in EVENT_HISTORY.items() if h.capture}
+    assert with_capture == {"aws", "gcp", "azure", "k8s"}
+    assert set(EVENT_READERS) - {"kubernetes"} == with_capture
