@@ -13,6 +13,7 @@ from typing import Final, Protocol
 import pulumi
 
 from components.bundle import build_bundle, write_bundle
+from components.capture import EVENT_CAPTURE, event_capture
 from components.settings import ProviderSettings, Settings, SettingsError
 from spoteval.clouds import OUTPUT_KEYS
 
@@ -60,6 +61,9 @@ class StackOutputs:
         assert tuple(values) == OUTPUT_NAMES
         for name, value in values.items():
             pulumi.export(name, value)
+        capture = event_capture(settings)
+        if capture is not None:  # where the provider's interruption events are kept (spoteval/events)
+            pulumi.export(EVENT_CAPTURE, capture)
 
 
 class ProviderModule(ProviderSettings, Protocol):

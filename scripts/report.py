@@ -1,13 +1,15 @@
 """The run report: allocations, tau, restart cost S, episodes, cost, efficiency, and the next placement.
 
     python -m scripts.report --store URL --run ID [--shared] [--json] [--plot FILE.png] [--workload FILE]
-    python -m scripts.report --stack NAME [--outputs FILE.json] ...
+    python -m scripts.report --stack NAME [--outputs FILE.json] [--provider-events] ...
 
 `--stack NAME` finds the store and the run in the stack's outputs (`bucket_url`, `run_id`), read with
 `pulumi stack output --json --stack NAME`, or from `--outputs FILE.json` (the same outputs saved to a
 file); the stack's `spot-eval:workload` block in `stacks/Pulumi.NAME.yaml` then supplies what the
 record cannot know (other options' prices, deadline, grant). `--workload FILE` gives those keys
 directly; with neither, they come from the placement's built-in example and the report says so.
+`--provider-events` first reads the stack's event capture (its `event_capture` output) and records
+each interruption or stop the provider logged, once (spoteval/events/).
 
 Credentials and endpoints for s3://, gs:// and az:// come from the standard environment (AWS_*,
 GOOGLE_*, AZURE_* variables), as for the other scripts. Bad input: one line on stderr, exit code 2.
@@ -43,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shared", action="store_true", help="no ids, addresses, bucket or account names, prices")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--plot", metavar="FILE.png", help="write a timeline per node and episodes over time")
+    p.add_argument(
+        "--provider-events",
+        action="store_true",
+        help="with --stack: first record the interruptions and stops in the stack's event capture",
+    )
     return p
 
 

@@ -44,6 +44,9 @@ STOP_REASONS: Final = frozenset(
         "stop_rule:price_cap",
         "measurement",
         "user",
+        # the provider's own record says the node stopped or was terminated, and names no
+        # interruption: the cause is not in its event (a stop rule, a poweroff, a user's console)
+        "provider",
     }
 )
 

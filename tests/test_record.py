@@ -59,6 +59,7 @@ def test_closed_lists_match_the_design() -> None:
         "stop_rule:price_cap",
         "measurement",
         "user",
+        "provider",
     }
     assert record.ATTEMPT_OUTCOMES == {"completed", "model_failure", "harness_error", "interrupted"}
     assert record.RESULT_OUTCOMES == {"completed", "model_failure", "harness_error"}

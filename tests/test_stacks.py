@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from components.base import OUTPUT_NAMES
+from components.capture import EVENT_CAPTURE
 from components.mocks import (
     Declared,
     Rendered,
@@ -97,7 +98,8 @@ def agent_template(script: str) -> dict[str, Any]:
 def test_stack_renders_with_the_same_outputs_as_every_other(path: Path) -> None:
     r = rendered(stack_name(path))
     settings = read_stack_config(path)
-    assert tuple(r.outputs) == OUTPUT_NAMES
+    captured = () if settings["spot-eval:provider"] in OWN_TESTS else (EVENT_CAPTURE,)
+    assert tuple(r.outputs) == OUTPUT_NAMES + captured
     assert r.outputs["provider"] == settings["spot-eval:provider"]
     assert r.outputs["run_id"] == settings["spot-eval:run_id"]
     assert r.outputs["market"] == "spot"

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval import billing
+from spoteval.events.match import has_provider_events, reconcile
 from spoteval.providers import BILLED_FROM_BOOT
 from spoteval.record import (
     PRIVATE_DETAIL_KEYS,
@@ -197,8 +198,11 @@ def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float
 def allocations(
     events: Sequence[Event], *, now: datetime | None = None, heartbeat_s: float | None = None
 ) -> tuple[list[Allocation], list[Gap], list[Problem]]:
-    """Allocations (the billed stretches of spoteval.billing) and the gaps between them, per node."""
+    """Allocations (the billed stretches of spoteval.billing) and the gaps between them, per node.
+    The provider's own events count once beside the agent's (spoteval/events/match.py)."""
     now = now or utc_now()
+    if has_provider_events(events):
+        events = reconcile(events)[0]
     beat = heartbeat_s if heartbeat_s is not None else heartbeat_interval(events)
     by_node: dict[str, list[Event]] = defaultdict(list)
     for e in events:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval import placement
+from spoteval.events.match import Ledger, has_provider_events, reconcile
 from spoteval.operate.status import NodeStatus, node_status
 from spoteval.placement import lifetime
 from spoteval.record import (
@@ -158,6 +159,8 @@ class RunReport:
     placement: Mapping[str, Any] | None = None
     placement_note: str = ""
     scores: tuple[TaskScores, ...] = ()  # harness shards' scores per task (spoteval/scores.py)
+    #: preemptions as the agent and the provider saw them, when the record has the provider's events
+    preemptions: Ledger | None = None
 
     @property
     def run_allocations(self) -> list[Allocation]:
@@ -370,6 +373,7 @@ def analyse(
         episodes=episodes,
         cost=dict(cost),
         unpriced=unpriced,
+        preemptions=reconcile(record.events)[1] if has_provider_events(record.events) else None,
         efficiency=_efficiency(allocs, episodes, tau, boot, wait),
         problems=tuple(record.problems) + tuple(problems),
         generated=now,

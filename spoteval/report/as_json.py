@@ -85,6 +85,16 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
             for st in node_statuses(report)
         ],
         "tau": report.tau.to_json() if report.tau else None,
+        "preemptions": None
+        if report.preemptions is None
+        else {
+            "total": report.preemptions.total,
+            "both": report.preemptions.both,
+            "agent_only": report.preemptions.agent_only,
+            "provider_only": report.preemptions.provider_only,
+            "provider_stops": report.preemptions.provider_stops,
+            "repeated_stops": report.preemptions.repeated_stops,
+        },
         "restart": {
             "wait": report.wait.to_json() if report.wait else None,
             "boot": report.boot.to_json() if report.boot else None,

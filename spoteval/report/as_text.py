@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from spoteval.events.match import Ledger
 from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
@@ -37,6 +38,20 @@ def _stat_row(name: str, s: Stat | None) -> list[str]:
     if s is None:
         return [name, "0", "-", "-", "-"]
     return [name, str(s.n), fmt_s(s.median), fmt_s(s.p90), fmt_s(s.mean)]
+
+
+def preemption_line(ledger: Ledger) -> str:
+    """The preemptions the agent and the provider saw, each counted once (spoteval/events/match.py)."""
+    line = (
+        f"Preemptions: {ledger.total} (agent and provider both saw {ledger.both}, only the agent "
+        f"{ledger.agent_only}, only the provider {ledger.provider_only})"
+    )
+    if ledger.provider_stops:
+        line += (
+            f"; provider-reported stops: {ledger.provider_stops} "
+            f"({ledger.repeated_stops} the agent recorded too)"
+        )
+    return line
 
 
 def render(report: RunReport, *, shared: bool = False, width: int | None = None) -> str:
@@ -142,6 +157,8 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
             )
         for w in tau.warnings:
             say(f"  warning: {w}")
+    if report.preemptions is not None:
+        say(preemption_line(report.preemptions))
 
     st = Table(
         title="Restart cost S = S_wait + S_boot (per restart)", title_justify="left", box=box.SIMPLE_HEAD

@@ -8,15 +8,21 @@ next placement, writes the plot if asked and returns the text or JSON to print. 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from spoteval import placement
+from spoteval.clouds.base import ControlPlaneError, PlaneOptions, StackOutputs
+from spoteval.clouds.registry import open_events
 from spoteval.config_reader import DocumentError, read_document
+from spoteval.events.base import Capture, EventsError, Recorded, record
 from spoteval.report.as_json import report_json
 from spoteval.report.as_text import render
+from spoteval.report.load import ReportError, load_run
 from spoteval.report.next_run import build
 from spoteval.report.plot import plot_timeline
 from spoteval.stack import (
@@ -96,6 +102,32 @@ def read_workload(path: str) -> Mapping[str, Any]:
     return doc
 
 
+def stack_capture(stack: str, found: Mapping[str, Any]) -> tuple[StackOutputs, Capture]:
+    """The stack's outputs and its `event_capture`; UsageError (one line) when it has none."""
+    try:
+        outputs = StackOutputs.parse(found, f"--stack {stack}: outputs")
+        return outputs, Capture.from_outputs(outputs, f"--stack {stack}")
+    except (ControlPlaneError, EventsError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def record_provider_events(outputs: StackOutputs, capture: Capture, store: Store) -> Recorded:
+    """Read the stack's event capture through its provider's reader and record each event once.
+
+    A CloudWatch Logs capture of a pool holds every instance of the region: only the stack's nodes
+    and the nodes the run's record names are kept (the other readers see only the stack's own)."""
+    try:
+        events = open_events(capture, outputs, PlaneOptions()).read()
+        if capture.kind == "cloudwatch_logs":
+            known = set(outputs.node_ids)
+            with contextlib.suppress(ReportError):  # no record yet: only the stack's nodes
+                known |= {e.node for e in load_run(store, outputs.run_id).events}
+            events = [e for e in events if e.node in known]
+        return record(store, outputs, events, capture.kind)
+    except (EventsError, ControlPlaneError) as exc:
+        raise ReportError(f"--provider-events: {exc}") from None
+
+
 def run_report(
     *,
     store: str | None,
@@ -106,14 +138,21 @@ def run_report(
     shared: bool,
     as_json: bool,
     plot: str | None,
+    provider_events: bool = False,
 ) -> str:
-    """The report the command line asks for, as the text to print."""
+    """The report the command line asks for, as the text to print. With `provider_events`, the
+    stack's event capture is read and recorded first (a line on stderr says what was written)."""
     base: Mapping[str, Any] | None = None
     base_source = ""
+    capture: tuple[StackOutputs, Capture] | None = None
+    if provider_events and not stack:
+        raise UsageError("--provider-events reads the stack's event capture: give --stack NAME")
     if stack:
         if store or run:
             raise UsageError("--stack replaces --store and --run: give one or the other")
         found = stack_outputs(stack, outputs)
+        if provider_events:
+            capture = stack_capture(stack, found)
         url, run_id = str(found["bucket_url"]), str(found["run_id"])
         base = stack_workload(stack)
         if base is not None:
@@ -132,6 +171,8 @@ def run_report(
         opened = Store(url)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
+    if capture is not None:
+        print(f"report: {record_provider_events(*capture, opened).summary()}", file=sys.stderr)
     rep = build(opened, run_id, base, base_source)
     if plot:
         try:
