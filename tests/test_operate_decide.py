@@ -220,3 +220,19 @@ def test_a_node_taken_while_it_booted_is_restarted_like_any_other() -> None:
     v = view(booting, STOPPED_STATE)
     assert (v.status.status, v.status.reason) == (PREEMPTED, "preempted:provider")
     assert act(v, Grant(), run(*booting), Price(1.0, "USD", "api")) == (START, "restart_after_preemption")
+
+
+def test_a_stop_the_providers_own_events_show_is_restarted_like_a_preemption() -> None:
+    # `scripts.report --provider-events` records a provider's stop that names no interruption as
+    # `stop`/`provider`: the provider took the node, no person or rule did
+    stopped = (ev(0, "start", "initial"), ev(10, "heartbeat"), ev(20, "stop", "provider", price=None))
+    v = view(stopped, STOPPED_STATE)
+    assert (v.status.status, v.status.reason, v.status.evidence) == (
+        PREEMPTED,
+        "stop:provider",
+        "stop:provider",
+    )
+    assert act(v, Grant(), run(*stopped), Price(1.0, "USD", "api")) == (START, "restart_after_preemption")
+    # a person's stop after it stays final
+    user = (*stopped, ev(30, "stop", "user"))
+    assert act(view(user, STOPPED_STATE), Grant(), run(*user)) == (WAIT, None)

@@ -112,6 +112,8 @@ def _taken(events: Sequence[Event]) -> Event | None:
     for e in events:
         if e.kind == "preempted" or (e.kind == "notice" and e.reason != "rebalance_recommendation"):
             return e
+        if e.kind == "stop" and e.reason == "provider":  # the provider stopped it, naming no cause
+            return e
     return None
 
 
@@ -136,7 +138,9 @@ def node_status(
     starts = [e for e in evs if e.kind == "start"]
     last_start = starts[-1] if starts else None
     since_start = [e for e in evs if last_start is None or e.time >= last_start.time]
-    stops = [e for e in since_start if e.kind == "stop"]
+    # a `stop` the provider's own events show (spoteval/events), naming no cause, is the provider
+    # taking the node, not a person or a rule: it is restarted like a preemption
+    stops = [e for e in since_start if e.kind == "stop" and e.reason != "provider"]
     stop = stops[-1] if stops else None
     alive = state is not None and state.status in ("running", "pending")
 
