@@ -497,4 +497,5 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             node_ids, prefix = node.node_ids, node.instance.name
         EventCapture(name, EventCaptureArgs(settings, prefix), opts)
     StopRules(name, StopRulesArgs(settings), opts)
-    return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone)
+    pool_size = settings.node.count if settings.node.pool else 0
+    return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone, pool_size=pool_size)

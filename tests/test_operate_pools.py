@@ -345,3 +345,127 @@ def test_azure_scale_set_of_a_done_run_is_scaled_to_zero_with_a_stop_per_member(
     assert (line.status.status, line.action) == (DONE, "stopped")
     assert state.updates == [0] and state.members == []
     assert sorted((e.node, e.reason) for e in record.operator_events()) == [(m, "done") for m in members]
+
+
+# --- GCP: a regional managed instance group on a loopback Compute API ---------------------------------
+
+GPROJECT, GREGION, MIG = "evals-prj", "us-central1", "evals-gpu-group"
+MIG_PATH = f"/compute/v1/projects/{GPROJECT}/regions/{GREGION}/instanceGroupManagers/{MIG}"
+
+
+class Mig:
+    """A regional MIG whose members run at once; `preempt(k)` leaves k members recreating."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.target = size
+        self.statuses = ["RUNNING"] * size
+        self.resizes: list[int] = []
+
+    def handle(self, r: Request) -> Reply:
+        if r.method == "GET" and r.path == MIG_PATH:
+            return 200, {"name": MIG, "targetSize": self.target, "region": GREGION}, {}
+        if r.method == "POST" and r.path == f"{MIG_PATH}/listManagedInstances":
+            instances = [
+                {
+                    "instance": f"https://www.googleapis.com/compute/v1/projects/{GPROJECT}/zones/"
+                    f"us-central1-a/instances/{MIG}-{i}",
+                    "instanceStatus": status,
+                    "currentAction": "NONE" if status == "RUNNING" else "RECREATING",
+                }
+                for i, status in enumerate(self.statuses)
+            ]
+            return 200, {"managedInstances": instances}, {}
+        if r.method == "POST" and r.path == f"{MIG_PATH}/resize":
+            size = int(r.query["size"])
+            self.resizes.append(size)
+            self.target = size
+            self.statuses = ["RUNNING"] * size
+            op = {
+                "kind": "compute#operation",
+                "name": "op-resize",
+                "status": "DONE",
+                "operationType": "compute.regionInstanceGroupManagers.resize",
+            }
+            return 200, op, {}
+        return 404, {"error": {"code": 404, "message": f"no route {r.method} {r.path}"}}, {}
+
+
+@pytest.fixture
+def mig() -> Iterator[tuple[Mig, FakeApi, Any]]:
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from spoteval.clouds.groups import GcpMigPlane
+
+    state = Mig()
+    api = FakeApi(state.handle)
+    groups = compute_v1.RegionInstanceGroupManagersClient(
+        client_options=ClientOptions(api_endpoint=api.url),
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+    )
+    outputs = StackOutputs.parse(
+        {
+            "provider": "gcp",
+            "region": GREGION,
+            "zone": "",
+            "node_ids": [MIG],
+            "instance_type": "g2-standard-8",
+            "market": "spot",
+            "bucket_url": "gs://results/evals",
+            "run_id": "r1",
+            "server_port": 8000,
+            "pool_size": 2,
+        }
+    )
+    options = PlaneOptions(configured_price=0.5, poll_s=0.02, providers={"gcp": {"project": GPROJECT}})
+
+    def no_member_price(path: str) -> Any:
+        raise AssertionError(f"no member price expected: {path}")
+
+    plane = GcpMigPlane(outputs, MIG, options, groups, no_member_price)
+    try:
+        yield state, api, plane
+    finally:
+        api.close()
+
+
+def test_gcp_mig_recreating_members_is_watched_and_resized_to_zero_when_done(
+    mig: tuple[Mig, FakeApi, Any], record: Record
+) -> None:
+    state, _api, plane = mig
+    record.manifest(["e1", "e2"])
+    for i in range(2):
+        record.event(0, f"{MIG}-{i}", "start", "initial", heartbeat_s=30)
+    state.statuses[1] = "STOPPING"  # preempted: the group recreates it
+    assert (plane.state().status, plane.state().raw) == ("running", "1 of 2 running")
+    clock = Clock()
+    op = operator(plane, record, clock)
+    assert [(ln.status.status, ln.action) for ln in op.check_all()] == [(SERVING, "watching")]
+    assert state.resizes == [] and record.operator_events() == []
+    record.store.put(record.layout.result("e1"), b"{}")
+    record.store.put(record.layout.result("e2"), b"{}")
+    clock.advance(600)
+    assert [(ln.status.status, ln.action) for ln in op.check_all()] == [(DONE, "stopped")]
+    assert state.resizes == [0]
+    assert (plane.state().status, plane.state().raw) == ("stopped", "scaled to zero")
+    assert sorted((e.node, e.reason) for e in record.operator_events()) == [(f"{MIG}-0", "done")]
+
+
+def test_status_of_a_pool_starts_and_stops_nothing(
+    mig: tuple[Mig, FakeApi, Any], vmss: tuple[ScaleSet, FakeApi, AzureScaleSetPlane], record: Record
+) -> None:
+    mig_state, mig_api, mig_plane = mig
+    vmss_state, vmss_api, vmss_plane = vmss
+    record.manifest(["e1", "e2"])
+    vmss_state.evict(2)  # taken, work remains: `run` would restore it; `status` must not
+    mig_state.statuses = ["STOPPING", "STOPPING"]
+    for plane in (mig_plane, vmss_plane):
+        [status] = operator(plane, record, Clock()).status()
+        assert status.node == plane.node
+    assert mig_state.resizes == [] and vmss_state.updates == []
+    assert [
+        r.path for r in mig_api.requests if r.method == "POST" and "listManagedInstances" not in r.path
+    ] == []
+    assert [r for r in vmss_api.requests if r.method != "GET"] == []
+    assert record.operator_events() == [] and record.notes() == []

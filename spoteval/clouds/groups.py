@@ -33,13 +33,18 @@ from spoteval.clouds.base import (
     StackOutputs,
     wait_for,
 )
+from spoteval.price import Price
 from spoteval.providers import AWS, AZURE
 
 if TYPE_CHECKING:
     from azure.mgmt.compute import ComputeManagementClient
+    from google.cloud import compute_v1
 
 #: Providers whose pool is one group the operator drives through its engine.
-GROUP_PROVIDERS: Final = frozenset({"aws", "azure"})
+GROUP_PROVIDERS: Final = frozenset({"aws", "azure", "gcp"})
+#: A MIG recreates its Spot or preemptible members after a preemption, when capacity returns.
+#: https://cloud.google.com/compute/docs/instance-groups/create-mig-with-preemptible-vms (checked 2026-12-01)
+GCP_MIG_RECREATES: Final = True
 
 #: AWS Auto Scaling lifecycle states of a member that serves (or is about to).
 #: https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-lifecycle.html (checked 2026-12-01)
@@ -273,4 +278,136 @@ class AzureScaleSetPlane(AzurePlane):
         raise _no_preemption("azure", self.node)
 
 
-__all__ = ["GROUP_PROVIDERS", "AwsGroupPlane", "AzureScaleSetPlane", "group_state", "pool_size"]
+class GcpMigPlane:
+    """A regional managed instance group: it recreates the members the provider took, so the operator
+    only watches, checks the price, and resizes it to zero. The price is a running member's (its
+    machine type and GPUs, from the Billing Catalog), or the configured one when none runs."""
+
+    provider = "gcp"
+    restarts_itself = GCP_MIG_RECREATES
+    can_stay_stopped = True
+    is_group = True
+
+    def __init__(
+        self,
+        outputs: StackOutputs,
+        node: str,
+        config: PlaneOptions,
+        groups: compute_v1.RegionInstanceGroupManagersClient,
+        member_plane: Callable[[str], Any],
+    ) -> None:
+        import os
+
+        from spoteval.clouds.gcp import GcpOptions
+
+        self.outputs = outputs
+        self.node = node
+        self.config = config
+        self.groups = groups
+        self.member_plane = member_plane  # a member's path -> its GcpPlane (for the price)
+        self.size = pool_size(outputs)
+        self.name = node.rsplit("/", 1)[-1]
+        project = GcpOptions.parse(config).project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+        if not project:
+            raise ControlPlaneError(
+                f"gcp pool {node!r}: give the project (gcp.project or GOOGLE_CLOUD_PROJECT)"
+            )
+        self.project = project
+
+    @classmethod
+    def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> GcpMigPlane:
+        from google.cloud import compute_v1
+
+        from spoteval.clouds.gcp import GcpPlane
+
+        try:
+            groups = compute_v1.RegionInstanceGroupManagersClient()
+        except Exception as exc:  # auth or transport set-up: one line
+            raise ControlPlaneError(f"gcp: cannot create the instance groups client: {exc}") from None
+        return cls(outputs, node, config, groups, lambda path: GcpPlane.connect(outputs, path, config))
+
+    def _call(self, verb: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        from google.api_core import exceptions as gexc
+        from google.auth import exceptions as auth_exc
+
+        from spoteval.clouds.gcp import CAPACITY_CODES
+
+        where = f"{self.project}/{self.outputs.region}/{self.name}"
+        try:
+            return fn(
+                project=self.project, region=self.outputs.region, instance_group_manager=self.name, **kwargs
+            )
+        except gexc.NotFound:
+            raise ControlPlaneError(f"gcp {verb} {where}: no such instance group") from None
+        except (gexc.GoogleAPIError, auth_exc.GoogleAuthError) as exc:
+            capacity = any(code in str(exc) for code in CAPACITY_CODES)
+            raise (CapacityError if capacity else ControlPlaneError)(f"gcp {verb} {where}: {exc}") from None
+
+    def _members(self) -> list[tuple[str, str]]:
+        """(member path projects/P/zones/Z/instances/N, its status) for every managed instance."""
+        out = []
+        for managed in self._call("list_managed_instances", self.groups.list_managed_instances):
+            url = str(managed.instance or "")
+            path = url[url.find("projects/") :] if "projects/" in url else url
+            out.append((path, str(managed.instance_status or "")))
+        return out
+
+    def state(self) -> NodeState:
+        group = self._call("get", self.groups.get)
+        desired = int(group.target_size or 0)
+        running = [path.rsplit("/", 1)[-1] for path, status in self._members() if status == "RUNNING"]
+        return group_state(
+            desired,
+            len(running),
+            self.size or desired,
+            running,
+            engine_restores=self.restarts_itself,
+            unit="running",
+        )
+
+    def address(self) -> str | None:
+        raise _no_address("gcp", self.node)
+
+    def price_now(self) -> Price:
+        from spoteval.clouds.base import configured_price
+
+        for path, status in self._members():
+            if status == "RUNNING":
+                price: Price = self.member_plane(path).price_now()
+                return price
+        return configured_price(self.config, reason="no member of the group runs to read its machine from")
+
+    def _resize(self, verb: str, size: int, timeout_s: float, want: str) -> None:
+        operation = self._call(verb, self.groups.resize, size=size)
+        try:
+            operation.result(timeout=timeout_s)
+        except TimeoutError:
+            raise ControlPlaneError(
+                f"gcp {verb} {self.name}: the operation did not finish in {timeout_s:g} s"
+            ) from None
+        wait_for(
+            self.state, {want}, timeout_s=timeout_s, poll_s=self.config.poll_s, what=f"gcp {verb} {self.name}"
+        )
+
+    def stop(self, timeout_s: float) -> None:
+        if self.state().details.get("desired") == 0:
+            return
+        self._resize("resize to zero", 0, timeout_s, "stopped")
+
+    def start(self, timeout_s: float) -> None:
+        if not self.size:
+            raise ControlPlaneError(f"gcp pool {self.node}: the stack's outputs give no pool_size")
+        self._resize(f"resize to {self.size}", self.size, timeout_s, "running")
+
+    def simulate_preemption(self, timeout_s: float) -> str:
+        raise _no_preemption("gcp", self.node)
+
+
+__all__ = [
+    "GROUP_PROVIDERS",
+    "AwsGroupPlane",
+    "AzureScaleSetPlane",
+    "GcpMigPlane",
+    "group_state",
+    "pool_size",
+]

@@ -56,10 +56,12 @@ def _runpod(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlP
 
 
 def _group(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.groups import AwsGroupPlane, AzureScaleSetPlane
+    from spoteval.clouds.groups import AwsGroupPlane, AzureScaleSetPlane, GcpMigPlane
 
     if outputs.provider == "aws":
         return AwsGroupPlane.connect(outputs, node, options)
+    if outputs.provider == "gcp":
+        return GcpMigPlane.connect(outputs, node, options)
     return AzureScaleSetPlane.connect(outputs, node, options)
 
 
