@@ -28,6 +28,7 @@ from components.mocks import (
     stack_name,
 )
 from components.startup import AWS_USER_DATA_LIMIT
+from spoteval.agent import exits
 from spoteval.agent.config import parse as parse_agent_config
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
@@ -533,7 +534,11 @@ def test_kubernetes_episodes_job_ignores_disruptions_and_has_a_deadline() -> Non
     assert spec["activeDeadlineSeconds"] == 30 * 3600
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
-    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [2]
+    assert rules[1] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "agent", "operator": "In", "values": [exits.BAD_INPUT]},
+    }
+    assert len(rules) == 2  # exit 1 and 75 (store unreachable: transient) are retried, counted
     pod = pod_spec(job)
     assert pod["restartPolicy"] == "Never"
     assert pod["terminationGracePeriodSeconds"] == 10  # GKE gives spot pods 15 s
