@@ -390,6 +390,9 @@ class StopRules(pulumi.ComponentResource):
         s = args.settings
         if s.grant.budget is not None and own(s).billing_account is not None:
             units, nanos = divmod(round(s.grant.budget * 1e9), 10**9)
+            project = gcp.organizations.get_project_output(
+                project_id=own(s).project, opts=pulumi.InvokeOutputOptions(parent=self)
+            )
             billing.Budget(
                 f"{name}-budget",
                 billing_account=own(s).billing_account,
@@ -400,7 +403,8 @@ class StopRules(pulumi.ComponentResource):
                     )
                 ),
                 budget_filter=billing.BudgetBudgetFilterArgs(
-                    projects=[f"projects/{own(s).project}"],
+                    # The Budget API takes the project *number* (spoteval/providers.py GCP_BUDGET_PROJECT).
+                    projects=[pulumi.Output.concat("projects/", project.number)],
                     labels={"spot-eval-run": s.run_id},
                     calendar_period="YEAR",
                 ),

@@ -18,6 +18,7 @@ import pytest
 from components.base import OUTPUT_NAMES
 from components.capture import EVENT_CAPTURE
 from components.mocks import (
+    MOCK_PROJECT_NUMBER,
     Declared,
     Rendered,
     RenderError,
@@ -402,7 +403,12 @@ def test_gcp_budget_needs_a_billing_account() -> None:
     r = variant_cached("gcp", "gcp__billing_account", "01ABCD-23EF45-6789AB")
     budget = r.one("gcp:billing/budget:Budget").inputs
     assert budget["amount"]["specifiedAmount"] == {"currencyCode": "USD", "units": "40", "nanos": 0}
-    assert budget["budgetFilter"]["projects"] == ["projects/spot-eval-demo"]
+    # the Budget API takes the project number, read in the program from the project id
+    assert budget["budgetFilter"]["projects"] == [f"projects/{MOCK_PROJECT_NUMBER}"]
+    lookups = [c for c in r.calls if c.token == "gcp:organizations/getProject:getProject"]
+    assert [c.args for c in lookups] == [{"projectId": "spot-eval-demo"}]
+    provider = r.one("pulumi:providers:gcp")
+    assert lookups[0].provider.startswith(f"{provider.urn}::")  # the stack's provider, not a default one
 
 
 def test_gcp_on_demand_is_standard_provisioning() -> None:
