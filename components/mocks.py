@@ -155,12 +155,12 @@ class Mocks(pulumi_mocks.Mocks):
     def __init__(self) -> None:
         self.calls: list[Called] = []
 
-    def call(self, args: pulumi_mocks.MockCallArgs) -> dict[str, Any]:
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         self.calls.append(Called(args.token, _plain(dict(args.args)), args.provider))
         if args.token == "gcp:organizations/getProject:getProject":
             project = args.args.get("projectId") or "mock-project"
-            return {"projectId": project, "number": MOCK_PROJECT_NUMBER, "name": project}
-        return {}
+            return {"projectId": project, "number": MOCK_PROJECT_NUMBER, "name": project}, []
+        return {}, []
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):

@@ -2,12 +2,13 @@
 them from here: the systemd unit (components/startup.py), the Kubernetes Job's podFailurePolicy
 (components/kubernetes.py) and the README's agent section.
 
-| code | meaning | what runs the agent should do |
-|---|---|---|
-| 0 `OK` | the run ended by a notice or a stop rule, or the manifest is in place | nothing: done |
-| 1 `FAILED` | the run could not go on (model server failed, power-off failed, the store refuses writes for good, objects left in the spool) | start it again (the next start uploads the spool) |
-| 2 `BAD_INPUT` | bad input: config, option, manifest, missing command; nothing was written | stop retrying: a retry cannot help |
-| 75 `STORE_UNREACHABLE` | the store did not answer at start (network, identity not ready yet); nothing was written | retry later: transient (`EX_TEMPFAIL` of sysexits.h) |
+- 0 `OK`: the run ended by a notice or a stop rule, or the manifest is in place. Nothing to do.
+- 1 `FAILED`: the run could not go on (model server failed, power-off failed, the store refuses
+  writes for good, objects left in the spool). Start it again: the next start uploads the spool.
+- 2 `BAD_INPUT`: config, option, manifest or a missing command; nothing was written. Retrying
+  cannot help: the systemd unit gives up after its start limit, the Kubernetes Job fails.
+- 75 `STORE_UNREACHABLE`: the store did not answer at start (network, an identity not usable yet);
+  nothing was written. Transient (`EX_TEMPFAIL` of sysexits.h): retried, never fails the Job.
 """
 
 from __future__ import annotations
