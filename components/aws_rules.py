@@ -19,6 +19,7 @@ from typing import Final
 import pulumi
 from pulumi_aws import autoscaling, budgets, cloudwatch, iam, scheduler
 
+from components.aws_spot_cleanup import SpotRequestCleanup
 from components.base import BuildContext, child
 from components.settings import Settings
 from spoteval.providers import AWS_AGENT_METRIC
@@ -155,6 +156,11 @@ class StopRules(pulumi.ComponentResource):
                     desired_capacity=0,
                     opts=pulumi.ResourceOptions(parent=self, ignore_changes=["start_time"]),
                 )
+        if args.instance_id is not None and s.node.spot:
+            # No persistent spot request outlives the instance (components/aws_spot_cleanup.py).
+            SpotRequestCleanup(
+                f"{name}-spot-request", instance_id=args.instance_id, region=s.region, opts=child(self)
+            )
         if stop.idle_s is not None and args.instance_id is not None:
             alarm = idle_alarm(stop.idle_s)
             cloudwatch.MetricAlarm(
