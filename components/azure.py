@@ -537,6 +537,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
     )
     net = Network(name, NetworkArgs(settings, group.name), opts)
     node_ids: pulumi.Input[list[str]] = []
+    vm: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
     if settings.node.count >= 1:
         node_args = NodeArgs(
             settings=settings,
@@ -556,8 +557,9 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         else:
             node = Node(name, node_args, node_opts)
             node_ids, scope = node.node_ids, node.vm.id
+            vm = (node.vm.id, node.vm.name)
         EventCapture(name, EventCaptureArgs(settings, group.name, scope), opts)
-    StopRules(name, StopRulesArgs(settings, context, group.name, group.id), opts)
+    StopRules(name, StopRulesArgs(settings, context, group.name, group.id, vm), opts)
     pool_size = settings.node.count if settings.node.pool else 0
     return StackOutputs(
         bucket_url=store.url, node_ids=node_ids, zone=settings.zone or "", pool_size=pool_size
