@@ -22,7 +22,7 @@ from pulumi_aws import autoscaling, budgets, cloudwatch, iam, scheduler
 from components.aws_spot_cleanup import SpotRequestCleanup
 from components.base import BuildContext, child
 from components.settings import Settings
-from spoteval.providers import AWS_AGENT_METRIC
+from spoteval.provider_rules import AWS_AGENT_METRIC
 
 INTERRUPTION_EVENTS: Final = {
     "interruption": "EC2 Spot Instance Interruption Warning",

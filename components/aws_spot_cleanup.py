@@ -4,7 +4,7 @@ A persistent spot request outlives its instance: terminating the instance (a rep
 `node.market`, `node.count: 0`, `pulumi destroy`) leaves the request open, and EC2 then launches a
 new instance outside the stack, with no cache disk, alarm or schedule. The AWS provider's own
 clean-up on delete is not dependable (hashicorp/terraform-provider-aws#38142: the request stays;
-spoteval/providers.py `PERMISSION_FACTS["aws_cancel_request_keeps_instance"]`).
+spoteval/provider_rules.py `PERMISSION_FACTS["aws_cancel_request_keeps_instance"]`).
 
 `SpotRequestCleanup` depends on the instance, so Pulumi deletes it first, whenever the instance is
 deleted or replaced: its delete cancels the instance's spot request (which does not terminate the

@@ -14,7 +14,7 @@ The node needs, and gets, only this:
 - no delete, no overwrite where the provider can refuse one, nothing in other runs' prefixes.
 
 The provider facts these rely on (condition keys, attribute names, role contents) are in
-spoteval/providers.py (`PERMISSION_FACTS`), each with its documentation page.
+spoteval/provider_rules.py (`PERMISSION_FACTS`), each with its documentation page.
 """
 
 from __future__ import annotations

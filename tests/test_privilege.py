@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from components.mocks import Rendered, read_stack_config, render_stack, stack_files, stack_name
+from spoteval.provider_rules import PERMISSION_FACTS
 from tests.test_stacks import NOW, pod_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -173,3 +174,20 @@ def test_kubernetes_pods_get_no_cluster_permissions_and_read_their_code_read_onl
     mounts: list[dict[str, Any]] = pod_spec(job)["containers"][0]["volumeMounts"]
     config = next(m for m in mounts if m["name"] == "agent")
     assert config["readOnly"] is True and config["mountPath"] == "/etc/spot-eval"
+
+
+def test_every_fact_behind_these_rules_has_its_page_and_date() -> None:
+    assert set(PERMISSION_FACTS) == {
+        "aws_create_only",
+        "aws_idle_alarm_missing_data",
+        "aws_alarm_ec2_stop",
+        "aws_user_stop_disables_request",
+        "aws_cancel_request_keeps_instance",
+        "gcp_budget_project_number",
+        "gcs_condition_resource_name",
+        "gcs_object_creator_no_overwrite",
+        "azure_abac_blob_path",
+        "azure_no_provider_stop",
+    }
+    for source in PERMISSION_FACTS.values():
+        assert source.url.startswith("https://") and source.checked == "2026-12-01" and source.note

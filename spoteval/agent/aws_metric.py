@@ -1,7 +1,7 @@
 """The agent's "has work" signal on AWS: a CloudWatch metric the stack's idle alarm watches.
 
 At every heartbeat (at most `AWS_AGENT_METRIC.interval_s` apart) the agent publishes `HasWork`
-(namespace and names in spoteval/providers.py) for its instance: 1 while episodes run or wait to
+(namespace and names in spoteval/provider_rules.py) for its instance: 1 while episodes run or wait to
 run (or the agent is still starting: loading the model counts as work), 0 when nothing runs and
 nothing is left to dispatch. The alarm (components/aws_rules.py) stops the instance when the
 metric's maximum stays below 1 for `idle_minutes`, and treats missing data as breaching: an agent
@@ -30,7 +30,7 @@ from typing import Final
 from spoteval.agent.aws_price import _ALGORITHM, Credentials, _hmac, _quote, credentials
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.notices import http
-from spoteval.providers import AWS_AGENT_METRIC
+from spoteval.provider_rules import AWS_AGENT_METRIC
 
 FORM_CONTENT_TYPE: Final = "application/x-www-form-urlencoded; charset=utf-8"
 
