@@ -7,18 +7,26 @@ reads the agent bundle from a prefix it cannot write, and deletes nothing.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.mocks import Rendered, read_stack_config, render_stack, stack_files, stack_name
+from components.privilege import CODE_PREFIX, run_prefix
+from spoteval.harness.progress import ShardKeys
 from spoteval.provider_rules import PERMISSION_FACTS
+from spoteval.record import RunLayout
 from tests.test_stacks import NOW, pod_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+ROOT = Path(__file__).resolve().parent.parent
 STACKS = {stack_name(p): p for p in stack_files()}
 PROVIDER_OF = {name: read_stack_config(path)["spot-eval:provider"] for name, path in STACKS.items()}
 STACK_OF = {provider: name for name, provider in PROVIDER_OF.items()}
@@ -191,3 +199,35 @@ def test_every_fact_behind_these_rules_has_its_page_and_date() -> None:
     }
     for source in PERMISSION_FACTS.values():
         assert source.url.startswith("https://") and source.checked == "2026-12-01" and source.note
+
+
+# --- what the agent does fits these permissions ---------------------------------------------------
+
+
+def test_everything_the_node_writes_is_created_under_its_run_prefix() -> None:
+    layout = RunLayout("r1")
+    harness = ShardKeys("r1", "e1")
+    keys = [
+        layout.manifest,
+        layout.result("e1"),
+        layout.attempt("e1", 1),
+        layout.event(datetime(2026, 12, 1, tzinfo=timezone.utc), "i-0abc", 1),
+        harness.sample("s1"),
+        harness.log("t1", "log.txt"),
+    ]
+    assert [k for k in keys if not k.startswith(run_prefix("r1"))] == []
+    assert OBJECT_KEY.startswith(CODE_PREFIX) and MANIFEST_KEY.startswith(CODE_PREFIX)
+    assert not run_prefix("r1").startswith(CODE_PREFIX)
+    # no code that runs on the node overwrites: every store write is `put_new` (create-only)
+    overwrites = []
+    for path in sorted((ROOT / "spoteval").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "put"
+                and ast.unparse(node.func.value).endswith("store")
+                and ast.unparse(node.func.value) != "obstore"  # Store itself (spoteval/store.py)
+            ):
+                overwrites.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert overwrites == []
