@@ -26,6 +26,7 @@ from components.aws_rules import (
 )
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.privilege import aws_create_only_statement, aws_node_statements
 from components.settings import CommonKeyRules, Settings, SettingsReader, cidr
 from components.startup import render_startup_script
 
@@ -130,7 +131,7 @@ class Store(pulumi.ComponentResource):
             ],
             opts=held(self),
         )
-        # Plain HTTP is refused: objects only move over TLS.
+        # Plain HTTP is refused: objects only move over TLS. The run record is create-only.
         self.policy = s3.BucketPolicy(
             f"{name}-tls-only",
             bucket=self.bucket.id,
@@ -145,7 +146,8 @@ class Store(pulumi.ComponentResource):
                             "Action": "s3:*",
                             "Resource": [self.bucket.arn, pulumi.Output.concat(self.bucket.arn, "/*")],
                             "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                        }
+                        },
+                        self.bucket.arn.apply(aws_create_only_statement),
                     ],
                 }
             ),
@@ -179,10 +181,12 @@ class Store(pulumi.ComponentResource):
 @dataclass(frozen=True)
 class IdentityArgs:
     bucket_arn: pulumi.Input[str]
+    run_id: str
 
 
 class Identity(pulumi.ComponentResource):
-    """The node's role: read, write and list this bucket only, and read spot prices. Nothing else."""
+    """The node's role (components/privilege.py): create and read objects under its run's prefix,
+    read the agent bundle it cannot write, list its run, read spot prices, publish its own metrics."""
 
     def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:aws:Identity", name, None, opts)
@@ -190,38 +194,11 @@ class Identity(pulumi.ComponentResource):
             f"{name}-node", assume_role_policy=assume_role("ec2.amazonaws.com"), opts=child(self)
         )
         bucket_arn = pulumi.Output.from_input(args.bucket_arn)
+        run_id = args.run_id
         self.policy = iam.RolePolicy(
             f"{name}-bucket",
             role=self.role.id,
-            policy=bucket_arn.apply(
-                lambda arn: iam_policy(
-                    [
-                        {
-                            "Sid": "ListBucket",
-                            "Effect": "Allow",
-                            "Action": ["s3:ListBucket"],
-                            "Resource": [arn],
-                        },
-                        {
-                            "Sid": "ReadWriteObjects",
-                            "Effect": "Allow",
-                            "Action": [
-                                "s3:GetObject",
-                                "s3:PutObject",
-                                "s3:AbortMultipartUpload",
-                                "s3:ListMultipartUploadParts",
-                            ],
-                            "Resource": [f"{arn}/*"],
-                        },
-                        {
-                            "Sid": "ReadSpotPrice",
-                            "Effect": "Allow",
-                            "Action": ["ec2:DescribeSpotPriceHistory"],
-                            "Resource": ["*"],
-                        },
-                    ]
-                )
-            ),
+            policy=bucket_arn.apply(lambda arn: iam_policy(aws_node_statements(arn, run_id))),
             opts=child(self),
         )
         self.profile = iam.InstanceProfile(f"{name}-node", role=self.role.name, opts=child(self))
@@ -486,7 +463,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
     opts = pulumi.ResourceOptions(providers=[provider(settings)])
     name = settings.run_id
     store = Store(name, StoreArgs(context.bundle_path, context.manifest_path), opts)
-    identity = Identity(name, IdentityArgs(bucket_arn=store.bucket.arn), opts)
+    identity = Identity(name, IdentityArgs(bucket_arn=store.bucket.arn, run_id=settings.run_id), opts)
     network = Network(
         name,
         NetworkArgs(

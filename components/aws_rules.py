@@ -1,8 +1,9 @@
 """AWS stop rules and server-side capture of interruption events (the rest of the stack: components/aws.py).
 
-Stop rules: max runtime (a one-shot EventBridge Scheduler stop), idle (a CPU alarm with the EC2 stop
-action) and budget (AWS Budgets with e-mail alerts). Event capture: EventBridge rules sending the
-node's interruption, rebalance and state-change events to a CloudWatch Logs group.
+Stop rules: max runtime (a one-shot EventBridge Scheduler stop), idle (an alarm on the agent's
+has-work metric with the EC2 stop action; never CPU) and budget (AWS Budgets with e-mail alerts).
+Event capture: EventBridge rules sending the node's interruption, rebalance and state-change events
+to a CloudWatch Logs group.
 """
 
 from __future__ import annotations
@@ -10,24 +11,68 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Final
 
 import pulumi
 from pulumi_aws import autoscaling, budgets, cloudwatch, iam, scheduler
 
+from components.aws_spot_cleanup import SpotRequestCleanup
 from components.base import BuildContext, child
 from components.settings import Settings
+from spoteval.provider_rules import AWS_AGENT_METRIC
 
 INTERRUPTION_EVENTS: Final = {
     "interruption": "EC2 Spot Instance Interruption Warning",
     "rebalance": "EC2 Instance Rebalance Recommendation",
     "state": "EC2 Instance State-change Notification",
 }
-#: idle stop rule: average CPU below this percentage for `stop.idle_minutes` (the agent's rule is exact)
-IDLE_CPU_PERCENT: Final = 5.0
+#: the idle alarm's period: the agent publishes its has-work metric several times in each
 IDLE_PERIOD_S: Final = 300
+
+
+@dataclass(frozen=True)
+class IdleAlarm:
+    """The idle stop rule: the agent's has-work metric (spoteval/agent/aws_metric.py) stays below 1
+    for every period of `idle_minutes`, missing data counting as no work (an agent that is gone)."""
+
+    period_s: int
+    evaluation_periods: int
+    namespace: str = AWS_AGENT_METRIC.namespace
+    metric: str = AWS_AGENT_METRIC.metric
+    statistic: str = "Maximum"
+    threshold: float = 1.0
+    comparison: str = "LessThanThreshold"
+    treat_missing_data: str = "breaching"
+
+    @property
+    def datapoints_to_alarm(self) -> int:
+        return self.evaluation_periods
+
+    def fires(self, datapoints: Sequence[tuple[datetime, float]], at: datetime) -> bool:
+        """Whether CloudWatch would hold this alarm in ALARM at `at`, given the metric's datapoints:
+        each of the last `evaluation_periods` periods breaches when its maximum is below the
+        threshold or it has no datapoint."""
+        breaching = 0
+        for i in range(self.evaluation_periods):
+            end = at - timedelta(seconds=i * self.period_s)
+            start = end - timedelta(seconds=self.period_s)
+            values = [v for t, v in datapoints if start < t <= end]
+            if not values or max(values) < self.threshold:
+                breaching += 1
+        return breaching >= self.datapoints_to_alarm
+
+
+def idle_alarm(idle_s: float, period_s: int = IDLE_PERIOD_S) -> IdleAlarm:
+    return IdleAlarm(period_s=period_s, evaluation_periods=max(1, math.ceil(idle_s / period_s)))
+
+
+def idle_alarm_name(run_id: str) -> str:
+    """The alarm's name: fixed, so the operator can find it (spoteval/clouds/aws.py resets it to OK
+    when it starts the node, so that the next idle period stops the node again)."""
+    return f"spot-eval-{run_id}-idle"
 
 
 def iam_policy(statements: list[dict[str, object]]) -> str:
@@ -50,8 +95,10 @@ class StopRulesArgs:
 
 
 class StopRules(pulumi.ComponentResource):
-    """Max runtime (a one-shot stop at first `up` + the grant's runtime), idle (CPU alarm with the EC2
-    stop action), budget (AWS Budgets with e-mail alerts). The price cap is the spot max price."""
+    """Max runtime (a one-shot stop at first `up` + the grant's runtime), idle (an alarm on the agent's
+    has-work metric with the EC2 stop action), budget (AWS Budgets with e-mail alerts). The price
+    cap is the spot max price. A stop by the schedule or the alarm disables the persistent spot
+    request until the instance is started again: the operator starts it when work remains."""
 
     def __init__(self, name: str, args: StopRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:aws:StopRules", name, None, opts)
@@ -109,19 +156,28 @@ class StopRules(pulumi.ComponentResource):
                     desired_capacity=0,
                     opts=pulumi.ResourceOptions(parent=self, ignore_changes=["start_time"]),
                 )
+        if args.instance_id is not None and s.node.spot:
+            # No persistent spot request outlives the instance (components/aws_spot_cleanup.py).
+            SpotRequestCleanup(
+                f"{name}-spot-request", instance_id=args.instance_id, region=s.region, opts=child(self)
+            )
         if stop.idle_s is not None and args.instance_id is not None:
+            alarm = idle_alarm(stop.idle_s)
             cloudwatch.MetricAlarm(
                 f"{name}-idle",
-                alarm_description=f"spot-eval {s.run_id}: stop after {stop.idle_minutes} idle minutes",
-                namespace="AWS/EC2",
-                metric_name="CPUUtilization",
-                dimensions={"InstanceId": args.instance_id},
-                statistic="Average",
-                period=IDLE_PERIOD_S,
-                evaluation_periods=max(1, math.ceil(stop.idle_s / IDLE_PERIOD_S)),
-                threshold=IDLE_CPU_PERCENT,
-                comparison_operator="LessThanThreshold",
-                treat_missing_data="notBreaching",
+                name=idle_alarm_name(s.run_id),
+                alarm_description=f"spot-eval {s.run_id}: stop after {stop.idle_minutes} minutes without "
+                "work or without the agent (its HasWork metric, missing data counts as no work)",
+                namespace=alarm.namespace,
+                metric_name=alarm.metric,
+                dimensions={AWS_AGENT_METRIC.dimension: args.instance_id},
+                statistic=alarm.statistic,
+                period=alarm.period_s,
+                evaluation_periods=alarm.evaluation_periods,
+                datapoints_to_alarm=alarm.datapoints_to_alarm,
+                threshold=alarm.threshold,
+                comparison_operator=alarm.comparison,
+                treat_missing_data=alarm.treat_missing_data,
                 alarm_actions=[f"arn:aws:automate:{s.region}:ec2:stop"],
                 opts=child(self),
             )

@@ -27,17 +27,14 @@ from pulumi_azure_native import (
 from components.azure_rules import EventCapture, EventCaptureArgs, StopRules, StopRulesArgs
 from components.base import BuildContext, StackOutputs, child, held, short_hash
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.privilege import AZURE_BLOB_DATA_ACTIONS, AZURE_CONDITION_VERSION, azure_blob_condition
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_startup_script
 
 CACHE_LUN: Final = 0
 CACHE_DEVICE: Final = f"/dev/disk/azure/scsi1/lun{CACHE_LUN}"
 #: blob data actions of the node's role: read, write, add; no delete (the agent never deletes)
-BLOB_DATA_ACTIONS: Final = (
-    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/read",
-    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/write",
-    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/add/action",
-)
+BLOB_DATA_ACTIONS: Final = AZURE_BLOB_DATA_ACTIONS
 
 # --- the stack config: rules for the common keys, the `azure:` block -----------------------------
 
@@ -206,7 +203,8 @@ class IdentityArgs:
 
 class Identity(pulumi.ComponentResource):
     """A user-assigned identity with a custom role on the results container only: read, write, add
-    blobs (no delete). The agent reads prices from the unauthenticated retail prices API."""
+    blobs (no delete), conditioned on the blob path (components/privilege.py). The agent reads
+    prices from the unauthenticated retail prices API."""
 
     def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:azure:Identity", name, None, opts)
@@ -237,6 +235,9 @@ class Identity(pulumi.ComponentResource):
             principal_type="ServicePrincipal",
             role_definition_id=self.role.id,
             scope=args.container_id,
+            # Writes only under the run's prefix; reads of the bundle and the run (privilege.py).
+            condition=azure_blob_condition(s.run_id),
+            condition_version=AZURE_CONDITION_VERSION,
             opts=child(self),
         )
         self.register_outputs({"client_id": self.identity.client_id, "identity_id": self.identity.id})
@@ -536,6 +537,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
     )
     net = Network(name, NetworkArgs(settings, group.name), opts)
     node_ids: pulumi.Input[list[str]] = []
+    vm: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
     if settings.node.count >= 1:
         node_args = NodeArgs(
             settings=settings,
@@ -555,8 +557,9 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         else:
             node = Node(name, node_args, node_opts)
             node_ids, scope = node.node_ids, node.vm.id
+            vm = (node.vm.id, node.vm.name)
         EventCapture(name, EventCaptureArgs(settings, group.name, scope), opts)
-    StopRules(name, StopRulesArgs(settings, context, group.name, group.id), opts)
+    StopRules(name, StopRulesArgs(settings, context, group.name, group.id, vm), opts)
     pool_size = settings.node.count if settings.node.pool else 0
     return StackOutputs(
         bucket_url=store.url, node_ids=node_ids, zone=settings.zone or "", pool_size=pool_size

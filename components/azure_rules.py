@@ -1,20 +1,28 @@
 """Azure stop rules and server-side capture of evictions (the rest of the stack: components/azure.py).
 
-Stop rules: a consumption budget with e-mail alerts (max runtime, idle and done are the agent's).
+Stop rules: a consumption budget with e-mail alerts, and Azure's auto-shutdown (deallocate) at the
+max runtime when it ends within the first day. Azure has no provider-side stop on a metric: idle
+and done are the agent's and the operator's (spoteval/operate/decide.py).
 Event capture: an activity log alert on the node's Resource Health events.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Final
 
 import pulumi
-from pulumi_azure_native import consumption, monitor
+from pulumi_azure_native import consumption, devtestlab, monitor
 
 from components.base import BuildContext, child
 from components.settings import Settings
 
 # --- stop rules ---------------------------------------------------------------------------------
+
+
+#: the longest max runtime Azure's auto-shutdown can enforce: it recurs daily at a time of day
+AUTO_SHUTDOWN_MAX_S: Final = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -23,17 +31,51 @@ class StopRulesArgs:
     context: BuildContext
     resource_group: pulumi.Input[str]
     resource_group_id: pulumi.Input[str]
+    #: the single node's VM (id, name); None for a scale set or no compute
+    vm: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
+
+
+def auto_shutdown_time(now: datetime, max_runtime_s: float) -> str | None:
+    """The daily auto-shutdown time (HHMM, UTC) that stops the VM `max_runtime_s` after `now`, or
+    None when the runtime does not end within the first day (a daily schedule would stop it early)."""
+    if max_runtime_s >= AUTO_SHUTDOWN_MAX_S:
+        return None
+    return (now + timedelta(seconds=max_runtime_s)).astimezone(timezone.utc).strftime("%H%M")
 
 
 class StopRules(pulumi.ComponentResource):
     """Budget: a consumption budget on the resource group with e-mail alerts at 80 % and 100 %.
-    Max runtime, idle and done are the agent's (Azure has no built-in max run time); the price cap
-    is the Spot max price. An OS shutdown does not deallocate an Azure VM, so the agent exits
-    instead of powering off, and the VM is deallocated from outside."""
+    Max runtime: Azure's auto-shutdown (a daily deallocation at a time of day) when the runtime ends
+    within the first day, else the agent and the operator. Idle and done: the agent and the operator
+    (Azure has no stop on a metric). The price cap is the Spot max price. An OS shutdown does not
+    deallocate an Azure VM, so the agent exits instead of powering off, and the operator
+    deallocates it."""
 
     def __init__(self, name: str, args: StopRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:azure:StopRules", name, None, opts)
         s = args.settings
+        at = (
+            None
+            if s.stop.max_runtime_s is None
+            else auto_shutdown_time(args.context.now, s.stop.max_runtime_s)
+        )
+        if at is not None and args.vm is not None:
+            vm_id, vm_name = args.vm
+            # Azure's auto-shutdown deallocates the VM daily at this time; the time is fixed when the
+            # schedule is first created (the first day is the run's max runtime).
+            devtestlab.GlobalSchedule(
+                f"{name}-max-runtime",
+                name=pulumi.Output.concat("shutdown-computevm-", vm_name),
+                resource_group_name=args.resource_group,
+                location=s.region,
+                status="Enabled",
+                task_type="ComputeVmShutdownTask",
+                daily_recurrence=devtestlab.DayDetailsArgs(time=at),
+                time_zone_id="UTC",
+                target_resource_id=vm_id,
+                notification_settings=devtestlab.NotificationSettingsArgs(status="Disabled"),
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["dailyRecurrence"]),
+            )
         if s.grant.budget is not None:
             start = args.context.now.strftime("%Y-%m-01T00:00:00Z")
             consumption.Budget(

@@ -4,6 +4,7 @@ instance group), stop rules and a log sink of preemptions. One explicit provider
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pulumi_gcp import billing, compute, logging, serviceaccount, storage
 
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.privilege import GCS_CONDITION_TITLES, gcs_condition
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_shutdown_script, render_startup_script
 
@@ -142,8 +144,9 @@ class IdentityArgs:
 
 
 class Identity(pulumi.ComponentResource):
-    """The node's service account: read, list and create objects in this bucket only (no delete).
-    The agent reads prices from the configured workload prices, so it needs no billing access."""
+    """The node's service account (components/privilege.py): create objects under its run's prefix
+    (no overwrite, no delete), read the agent bundle and its run, list the bucket. The agent reads
+    prices from the configured workload prices, so it needs no billing access."""
 
     def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:gcp:Identity", name, None, opts)
@@ -154,12 +157,17 @@ class Identity(pulumi.ComponentResource):
             opts=child(self),
         )
         member = pulumi.Output.concat("serviceAccount:", self.account.email)
+        bucket = pulumi.Output.from_input(args.bucket)
         self.members = [
             storage.BucketIAMMember(
                 f"{name}-{role.split('.')[-1].lower()}",
                 bucket=args.bucket,
                 role=role,
                 member=member,
+                condition=storage.BucketIAMMemberConditionArgs(
+                    title=GCS_CONDITION_TITLES[role],
+                    expression=bucket.apply(functools.partial(gcs_condition, role=role, run_id=args.run_id)),
+                ),
                 opts=child(self),
             )
             for role in ("roles/storage.objectViewer", "roles/storage.objectCreator")
@@ -390,6 +398,9 @@ class StopRules(pulumi.ComponentResource):
         s = args.settings
         if s.grant.budget is not None and own(s).billing_account is not None:
             units, nanos = divmod(round(s.grant.budget * 1e9), 10**9)
+            project = gcp.organizations.get_project_output(
+                project_id=own(s).project, opts=pulumi.InvokeOutputOptions(parent=self)
+            )
             billing.Budget(
                 f"{name}-budget",
                 billing_account=own(s).billing_account,
@@ -400,7 +411,8 @@ class StopRules(pulumi.ComponentResource):
                     )
                 ),
                 budget_filter=billing.BudgetBudgetFilterArgs(
-                    projects=[f"projects/{own(s).project}"],
+                    # The Budget API takes the project *number* (spoteval/providers.py GCP_BUDGET_PROJECT).
+                    projects=[pulumi.Output.concat("projects/", project.number)],
                     labels={"spot-eval-run": s.run_id},
                     calendar_period="YEAR",
                 ),

@@ -23,6 +23,7 @@ from pulumi_kubernetes import apps, batch, core, meta
 from components.base import BuildContext, StackOutputs, child, held
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import agent_config, k8s_agent_command, server_command, stop_timeout_s
+from spoteval.agent import exits
 from spoteval.providers import K8S_FLAVOURS, K8sFlavour
 
 CONFIG_DIR: Final = "/etc/spot-eval"
@@ -34,7 +35,10 @@ SPOOL_MOUNT: Final = "/var/lib/spot-eval/spool"
 SPOOL_GB: Final = 1
 #: a ConfigMap holds at most 1 MiB; keep a margin for keys and metadata
 CONFIG_MAP_LIMIT: Final = 1_000_000
-EXIT_BAD_CONFIG: Final = 2
+#: agent exit codes that fail the whole Job: bad input only (spoteval/agent/exits.py). Every other
+#: failure (1, or 75 "store unreachable": an identity not yet usable at pod start) is retried and
+#: counted against backoffLimit.
+FAIL_JOB_EXIT_CODES: Final = sorted(exits.PERMANENT)
 
 # --- the stack config: rules for the common keys, the `k8s:` block -----------------------------
 
@@ -342,7 +346,7 @@ class EvalWorkload(pulumi.ComponentResource):
                         batch.v1.PodFailurePolicyRuleArgs(
                             action="FailJob",
                             on_exit_codes=batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
-                                container_name="agent", operator="In", values=[EXIT_BAD_CONFIG]
+                                container_name="agent", operator="In", values=FAIL_JOB_EXIT_CODES
                             ),
                         ),
                     ]

@@ -54,11 +54,25 @@ class Declared:
         return self.type.split(":")[0]
 
 
+#: the project number the engine answers for any GCP project (the Budget API wants the number)
+MOCK_PROJECT_NUMBER: Final = "123456789012"
+
+
+@dataclass(frozen=True)
+class Called:
+    """A data-source call the program made: its token, arguments and the provider it went through."""
+
+    token: str
+    args: dict[str, Any]
+    provider: str
+
+
 @dataclass
 class Rendered:
     stack: str
     resources: list[Declared] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    calls: list[Called] = field(default_factory=list)
 
     def of_type(self, token: str) -> list[Declared]:
         return [r for r in self.resources if r.type == token]
@@ -138,8 +152,15 @@ class Mocks(pulumi_mocks.Mocks):
             state["metadata"] = metadata
         return rid, state
 
+    def __init__(self) -> None:
+        self.calls: list[Called] = []
+
     def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
+        self.calls.append(Called(args.token, _plain(dict(args.args)), args.provider))
+        if args.token == "gcp:organizations/getProject:getProject":
+            project = args.args.get("projectId") or "mock-project"
+            return {"projectId": project, "number": MOCK_PROJECT_NUMBER, "name": project}, []
+        return {}, []
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -252,7 +273,9 @@ def render_config(stack: str, config: Mapping[str, Any], *, now: datetime | None
         CLOCK.reset(token)
         loop.close()
         asyncio.set_event_loop(None)
-    return Rendered(stack=stack, resources=list(monitor.declared), outputs=_plain(outputs))
+    return Rendered(
+        stack=stack, resources=list(monitor.declared), outputs=_plain(outputs), calls=list(mocks.calls)
+    )
 
 
 def render_stack(path: Path, *, now: datetime | None = None) -> Rendered:

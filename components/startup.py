@@ -309,8 +309,8 @@ def _unit(settings: Settings) -> str:
             "KillSignal=SIGTERM",
             "TimeoutStartSec=1800",
             f"TimeoutStopSec={stop_timeout_s(settings)}",
-            # on-failure includes exit 2, which is also "the store did not answer at start": a node
-            # that comes back during a store outage keeps trying (at most StartLimitBurst an hour).
+            # on-failure includes exit 75, "the store did not answer at start" (spoteval/agent/exits.py):
+            # a node that comes back during a store outage keeps trying (at most StartLimitBurst an hour).
             "Restart=on-failure",
             "RestartSec=15",
             "",

@@ -8,7 +8,8 @@ agent bundle.
 
 Each fact has a `Source` (the documentation page it was checked against and the date). Providers
 change these over time: recheck the page before relying on a fact, and update the date with it.
-docs/providers.md tells users the same facts in prose (a test keeps the two in step).
+docs/providers.md tells users the same facts in prose (a test keeps the two in step). The facts
+behind the stacks' stop rules and the node's permissions are in spoteval/provider_rules.py.
 """
 
 from __future__ import annotations

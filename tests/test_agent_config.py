@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from spoteval.agent import exits
 from spoteval.agent.__main__ import main
 from spoteval.agent.config import ConfigError, build_agent_config, parse, substitute
 from spoteval.store import Store
@@ -134,7 +135,7 @@ def test_bad_config_exits_2_with_one_line_and_writes_nothing(
     assert not (tmp_path / "store").exists()
 
 
-def test_unreachable_store_exits_2_and_writes_nothing(
+def test_unreachable_store_exits_75_transient_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     options = {
@@ -149,9 +150,35 @@ def test_unreachable_store_exits_2_and_writes_nothing(
     raw = agent_config("s3://bucket/evals", options, "r1", tmp_path)
     path = write_config(tmp_path / "agent.json", raw)
     code, err = _run_main(capsys, ["run", "--config", path])
-    assert code == 2
+    assert code == exits.STORE_UNREACHABLE == 75
     assert len(err) == 1 and "store s3://bucket/evals is unreachable" in err[0], err
     _nothing_written(tmp_path)
+
+
+def test_manifest_upload_to_an_unreachable_store_exits_75(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = {
+        "endpoint": f"http://127.0.0.1:{free_port()}",
+        "region": "us-east-1",
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+        "allow_http": True,
+        "max_retries": 0,
+        "retry_timeout": 1,
+    }
+    raw = agent_config("s3://bucket/evals", options, "r1", tmp_path)
+    path = write_config(tmp_path / "agent.json", raw)
+    manifest = write_manifest(tmp_path / "manifest.jsonl", ["e1"])
+    code, err = _run_main(capsys, ["manifest", "--config", path, manifest])
+    assert code == exits.STORE_UNREACHABLE
+    assert len(err) == 1 and "store s3://bucket/evals is unreachable" in err[0], err
+
+
+def test_exit_codes_have_one_meaning_each() -> None:
+    codes = [exits.OK, exits.FAILED, exits.BAD_INPUT, exits.STORE_UNREACHABLE]
+    assert codes == [0, 1, 2, 75]
+    assert exits.PERMANENT == {2} and exits.TRANSIENT == {1, 75}
 
 
 def test_unreadable_or_non_json_config_file_is_named(

@@ -18,6 +18,7 @@ import pytest
 from components.base import OUTPUT_NAMES
 from components.capture import EVENT_CAPTURE
 from components.mocks import (
+    MOCK_PROJECT_NUMBER,
     Declared,
     Rendered,
     RenderError,
@@ -28,6 +29,7 @@ from components.mocks import (
     stack_name,
 )
 from components.startup import AWS_USER_DATA_LIMIT
+from spoteval.agent import exits
 from spoteval.agent.config import parse as parse_agent_config
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
@@ -121,6 +123,10 @@ def test_every_resource_uses_the_one_explicit_provider_and_sits_in_a_component(p
     assert components and all(c.type.startswith(f"spot-eval:{provider}:") for c in components.values())
     for d in r.resources:
         if not d.custom or d in providers:
+            continue
+        if d.type == "pulumi-python:dynamic:Resource":  # AWS: the spot request clean-up, region explicit
+            run_id = read_stack_config(path)["spot-eval:run_id"]
+            assert (provider, d.name, d.inputs["region"]) == ("aws", f"{run_id}-spot-request", "us-east-1")
             continue
         assert d.type.split(":")[0] == PACKAGE[provider], d.type
         assert d.provider.startswith(providers[0].urn + "::"), d.name
@@ -244,12 +250,12 @@ def test_aws_node_role_reaches_only_its_bucket_and_spot_prices() -> None:
     node_policy = next(d for d in r.of_type("aws:iam/rolePolicy:RolePolicy") if d.name.endswith("-bucket"))
     statements = json.loads(node_policy.inputs["policy"])["Statement"]
     resources = {res for s in statements for res in s["Resource"]}
-    assert resources == {bucket_arn, f"{bucket_arn}/*", "*"}
+    run = "runs/qwen7b-drill-aws/*"
+    assert resources == {bucket_arn, f"{bucket_arn}/spot-eval/*", f"{bucket_arn}/{run}", "*"}
     actions = {a for s in statements for a in s["Action"]}
     assert "ec2:DescribeSpotPriceHistory" in actions
     assert not [a for a in actions if "Delete" in a or a.endswith(":*")]
-    star = next(s for s in statements if s["Resource"] == ["*"])
-    assert star["Action"] == ["ec2:DescribeSpotPriceHistory"]
+    # every statement exactly: tests/test_privilege.py
 
 
 def test_aws_user_data_fits_and_carries_no_credentials() -> None:
@@ -401,7 +407,12 @@ def test_gcp_budget_needs_a_billing_account() -> None:
     r = variant_cached("gcp", "gcp__billing_account", "01ABCD-23EF45-6789AB")
     budget = r.one("gcp:billing/budget:Budget").inputs
     assert budget["amount"]["specifiedAmount"] == {"currencyCode": "USD", "units": "40", "nanos": 0}
-    assert budget["budgetFilter"]["projects"] == ["projects/spot-eval-demo"]
+    # the Budget API takes the project number, read in the program from the project id
+    assert budget["budgetFilter"]["projects"] == [f"projects/{MOCK_PROJECT_NUMBER}"]
+    lookups = [c for c in r.calls if c.token == "gcp:organizations/getProject:getProject"]
+    assert [c.args for c in lookups] == [{"projectId": "spot-eval-demo"}]
+    provider = r.one("pulumi:providers:gcp")
+    assert lookups[0].provider.startswith(f"{provider.urn}::")  # the stack's provider, not a default one
 
 
 def test_gcp_on_demand_is_standard_provisioning() -> None:
@@ -533,7 +544,11 @@ def test_kubernetes_episodes_job_ignores_disruptions_and_has_a_deadline() -> Non
     assert spec["activeDeadlineSeconds"] == 30 * 3600
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
-    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [2]
+    assert rules[1] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "agent", "operator": "In", "values": [exits.BAD_INPUT]},
+    }
+    assert len(rules) == 2  # exit 1 and 75 (store unreachable: transient) are retried, counted
     pod = pod_spec(job)
     assert pod["restartPolicy"] == "Never"
     assert pod["terminationGracePeriodSeconds"] == 10  # GKE gives spot pods 15 s

@@ -1,9 +1,10 @@
 """`python -m spoteval.agent [run] --config agent.json` and `... manifest --config agent.json FILE.jsonl`.
 
-Exit codes: 0 the run ended by a notice or a stop rule (or the manifest is in place); 1 the run
-could not go on (the model server failed, power off failed); 2 bad input: config, manifest, an
-unreachable store or a missing command, reported as one line naming the problem, with nothing
-written to the store.
+Exit codes (spoteval/agent/exits.py): 0 the run ended by a notice or a stop rule (or the manifest is
+in place); 1 the run could not go on (the model server failed, power off failed); 2 bad input:
+config, manifest or a missing command; 75 the store did not answer at start (transient). Bad input
+and an unreachable store are reported as one line naming the problem, with nothing written to the
+store.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import NoReturn
 
+from spoteval.agent import exits
 from spoteval.agent.config import AgentConfig, ConfigError, load
 from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
 from spoteval.record import RecordError, RunLayout, utc_now
@@ -27,6 +29,14 @@ PROG = "spot-eval-agent"
 class AgentError(Exception):
     """Bad input found before the agent writes anything (one line, exit code 2)."""
 
+    code = exits.BAD_INPUT
+
+
+class StoreUnreachable(AgentError):
+    """The store did not answer before the agent wrote anything (one line, exit code 75: transient)."""
+
+    code = exits.STORE_UNREACHABLE
+
 
 def open_store(config: AgentConfig) -> Store:
     """Open the store and check that it answers (a listing, which writes nothing)."""
@@ -34,7 +44,7 @@ def open_store(config: AgentConfig) -> Store:
         store = Store(config.store, config.store_options_with_defaults())
         store.list(RunLayout(config.run_id).prefix + "manifest")
     except StoreError as exc:
-        raise AgentError(f"store {config.store} is unreachable: {exc}") from None
+        raise StoreUnreachable(f"store {config.store} is unreachable: {exc}") from None
     return store
 
 
@@ -55,7 +65,7 @@ def prepare(config: AgentConfig) -> tuple[Store, list[ManifestEntry]]:
     try:
         data = store.get(layout.manifest)
     except StoreError as exc:
-        raise AgentError(f"store {config.store} is unreachable: {exc}") from None
+        raise StoreUnreachable(f"store {config.store} is unreachable: {exc}") from None
     if data is None:
         raise AgentError(
             f"no manifest at {store.join(layout.manifest)}: upload one with "
@@ -92,7 +102,7 @@ def upload_manifest(config: AgentConfig, path: str) -> int:
             return 0
         existing = store.get(layout.manifest)
     except StoreError as exc:
-        raise AgentError(f"store {config.store} is unreachable: {exc}") from None
+        raise StoreUnreachable(f"store {config.store} is unreachable: {exc}") from None
     try:
         same = existing is not None and parse_manifest(existing.decode("utf-8", errors="replace")) == entries
     except RecordError:
@@ -133,9 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.manifest_file:
             raise AgentError(f"run takes no file argument (got {args.manifest_file!r})")
         store, entries = prepare(config)
-    except (ConfigError, AgentError) as exc:
+    except ConfigError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return exits.BAD_INPUT
+    except AgentError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return exc.code
     from spoteval.agent.loop import Agent
 
     agent = Agent(config, store, entries, started_wall=started_wall, started_mono=started_mono)

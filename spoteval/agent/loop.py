@@ -37,6 +37,7 @@ from typing import Any, Final
 from spoteval.agent import episodes as ep
 from spoteval.agent import history as hist
 from spoteval.agent import tally
+from spoteval.agent.aws_metric import start_publisher
 from spoteval.agent.boot import billed_from, boot_times, ready_details
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.health import ServerWatch
@@ -111,6 +112,7 @@ class Agent(Starting, Stopping):
         self.stop: Stop | None = None
         self.exit_code = 0
         self.idle_since = time.monotonic()
+        self.has_work = True  # the has-work metric (agent/aws_metric.py): starting counts as work
         self.first_dispatch_mono: float | None = None
         self.record_read_s = 0.0
         self.prev = hist.Billed(0.0, 0.0, {})
@@ -214,6 +216,7 @@ class Agent(Starting, Stopping):
         for watcher in [signals, *found]:  # from the first moment: a notice may come at any time
             self.watchers[watcher.name] = watcher
             start_watcher(watcher, self._deliver, self.stopping_watchers, self.log)
+        start_publisher(self.config, lambda: self.has_work, self.stopping_watchers, self.log)
         os.makedirs(self.work_dir, exist_ok=True)
         self.uploader = Uploader(
             self.store,
@@ -335,6 +338,7 @@ class Agent(Starting, Stopping):
                     self.idle_since = now
                 else:
                     idle = now - self.idle_since
+                self.has_work = bool(self.running or self.pending)
                 state = RunState(
                     remaining=len(self.order) - len(self.final),
                     running=len(self.running),

@@ -7,7 +7,9 @@ Credentials, region and endpoint come from the standard environment as boto3 rea
   the effective price (`price_source` `api`). On-demand nodes, or no history: the configured price.
 - Stop/start: `stop_instances` / `start_instances`, then polling `describe_instances`. A spot
   instance that EC2 stopped by an interruption can only be restarted by EC2 (persistent request):
-  `start()` then waits for EC2 to bring it back.
+  `start()` then waits for EC2 to bring it back. A stop by the stack's idle alarm or runtime
+  schedule disables the persistent request until `start_instances`, which this plane calls; the
+  start also sets the idle alarm (`spot-eval-RUN_ID-idle`) back to OK.
 - Preemption: the FIS experiment template given in the options (`AwsOptions`) (action
   `aws:ec2:send-spot-instance-interruptions`), then waiting until the instance is stopped.
 """
@@ -117,7 +119,14 @@ class AwsPlane:
     can_stay_stopped = AWS.can_stay_stopped
 
     def __init__(
-        self, outputs: StackOutputs, node: str, config: PlaneOptions, ec2: EC2Client, fis: Any = None
+        self,
+        outputs: StackOutputs,
+        node: str,
+        config: PlaneOptions,
+        ec2: EC2Client,
+        fis: Any = None,
+        *,
+        cloudwatch: Any = None,
     ) -> None:
         if not node.startswith("i-"):
             raise ControlPlaneError(
@@ -130,6 +139,7 @@ class AwsPlane:
         self.own = AwsOptions.parse(config)
         self.ec2 = ec2
         self.fis = fis
+        self.cloudwatch = cloudwatch
 
     @classmethod
     def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> AwsPlane:
@@ -138,9 +148,10 @@ class AwsPlane:
             session = boto3.session.Session(region_name=outputs.region)
             ec2 = session.client("ec2")
             fis = session.client("fis") if own.fis_template_id else None
+            cloudwatch = session.client("cloudwatch")
         except BotoCoreError as exc:
             raise ControlPlaneError(f"aws {outputs.region}: cannot create the EC2 client: {exc}") from None
-        return cls(outputs, node, config, ec2, fis)
+        return cls(outputs, node, config, ec2, fis, cloudwatch=cloudwatch)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -235,6 +246,23 @@ class AwsPlane:
                     raise error(f"{what}: {_error(exc)}") from None
                 # Stopped by an interruption: only EC2 restarts it, when capacity returns.
         self._wait("running", timeout_s, what)
+        self._rearm_idle_alarm()
+
+    def _rearm_idle_alarm(self) -> None:
+        """The stack's idle alarm acts only when it enters ALARM; after it stopped the node it stays
+        there until the agent publishes again. Back to OK at a start, so that an agent that never
+        comes back stops the node again after the idle minutes. No alarm (pools, no idle rule, no
+        permission): nothing to do."""
+        if self.cloudwatch is None:
+            return
+        try:
+            self.cloudwatch.set_alarm_state(
+                AlarmName=f"spot-eval-{self.outputs.run_id}-idle",
+                StateValue="OK",
+                StateReason="started by the operator: the next idle period stops it again",
+            )
+        except (ClientError, BotoCoreError):
+            return
 
     def simulate_preemption(self, timeout_s: float) -> str:
         what = f"aws preempt {self.node}"

@@ -11,8 +11,10 @@ Order of the rules:
    after `done_grace_s` without a word from it; else nothing.
 2. A stop rule stopped the node, but it runs: stopped again (its rule); stopped by a person or a
    measurement, never started, or gone: nothing (only a person starts it).
-3. The node holds capacity: stopped when the budget is spent (`stop_rule:budget`), the run's node
-   time reached `max_runtime_hours` (`stop_rule:max_runtime`), or, where the provider's engine
+3. The node holds capacity: stopped when the budget is spent (`stop_rule:budget`), its agent served
+   and has written nothing for `idle_minutes` (`stop_rule:idle`: the agent is gone; on Azure and
+   wherever no provider-side rule watches the agent, this is the idle stop), the run's node time
+   reached `max_runtime_hours` (`stop_rule:max_runtime`), or, where the provider's engine
    restarted it, the price now is above the cap (`stop_rule:price_cap`); else nothing.
 4. The node was taken and work remains (for a pool whose engine does not restore its members, also
    when it serves with fewer members than the stack's size): where the provider's engine restarts
@@ -42,6 +44,7 @@ from spoteval.operate.status import (
     STOPPED,
     STOPPED_BY_RULE,
     NodeStatus,
+    node_events,
 )
 
 WAIT: Final = "wait"
@@ -123,6 +126,21 @@ def _runtime_hours(run: RunView, now: datetime | None) -> float:
     return spend(run.events, now).hours
 
 
+def _agent_silent_s(view: NodeView, run: RunView, now: datetime) -> float | None:
+    """Seconds since the agent of a running node last wrote anything, once its allocation served
+    (a `ready` after its last `start`: loading the model may take longer than the idle rule, and
+    writes nothing); None before that, or when the node is not running. The agent writes a
+    heartbeat every `heartbeat_s` while it runs, so a long silence means it is gone."""
+    status = view.status
+    if not status.running or status.last_seen is None:
+        return None
+    events = node_events(run.events, status.node)
+    starts = [i for i, e in enumerate(events) if e.kind == "start"]
+    if not starts or not any(e.kind == "ready" for e in events[starts[-1] :]):
+        return None
+    return (now - status.last_seen).total_seconds()
+
+
 def _holding(view: NodeView, grant: Grant, run: RunView, now: datetime, price: Price | None) -> Action:
     try:
         left = grant.budget_left(run.events, now=now, fallback_price=price.per_hour if price else None)
@@ -131,6 +149,15 @@ def _holding(view: NodeView, grant: Grant, run: RunView, now: datetime, price: P
     if left is not None and left <= 0:
         return Action(
             STOP, "stop_rule:budget", f"the budget {grant.budget:g} is spent ({left:.4f} left)", price
+        )
+    silent = _agent_silent_s(view, run, now)
+    if grant.idle_minutes is not None and silent is not None and silent >= grant.idle_minutes * 60:
+        return Action(
+            STOP,
+            "stop_rule:idle",
+            f"no word from its agent for {silent / 60:.1f} min since it served (idle_minutes "
+            f"{grant.idle_minutes:g}): the agent is gone and the node holds a GPU",
+            price,
         )
     hours = _runtime_hours(run, now)
     if grant.max_runtime_hours is not None and hours >= grant.max_runtime_hours:

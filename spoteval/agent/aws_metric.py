@@ -1,0 +1,148 @@
+"""The agent's "has work" signal on AWS: a CloudWatch metric the stack's idle alarm watches.
+
+At every heartbeat (at most `AWS_AGENT_METRIC.interval_s` apart) the agent publishes `HasWork`
+(namespace and names in spoteval/provider_rules.py) for its instance: 1 while episodes run or wait to
+run (or the agent is still starting: loading the model counts as work), 0 when nothing runs and
+nothing is left to dispatch. The alarm (components/aws_rules.py) stops the instance when the
+metric's maximum stays below 1 for `idle_minutes`, and treats missing data as breaching: an agent
+that is gone (crashed, never started, hung without publishing) stops the node too. CPU plays no
+part: episodes that wait on the model server keep the CPU near zero and still publish 1.
+
+`PutMetricData` is a CloudWatch Query API call (a form POST, as the AWS SDKs send it), signed here
+with the standard library (Signature Version 4; the instance role's credentials from IMDSv2, or the
+standard AWS_* variables: spoteval/agent/aws_price.py). `AWS_ENDPOINT_URL_CLOUDWATCH` (else
+`AWS_ENDPOINT_URL`), the AWS SDKs' endpoint override, points it elsewhere (tests: a moto server).
+A failed publish is logged and retried at the next interval: the metric is a guard, never a
+reason for the run to stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Final
+
+from spoteval.agent.aws_price import _ALGORITHM, Credentials, _hmac, _quote, credentials
+from spoteval.agent.config import AgentConfig
+from spoteval.agent.notices import http
+from spoteval.provider_rules import AWS_AGENT_METRIC
+
+FORM_CONTENT_TYPE: Final = "application/x-www-form-urlencoded; charset=utf-8"
+
+
+def sign_form_post(
+    url: str,
+    params: Mapping[str, str],
+    creds: Credentials,
+    *,
+    region: str,
+    service: str,
+    now: datetime,
+) -> tuple[bytes, dict[str, str]]:
+    """Signature Version 4 for a form-encoded Query API POST: (body, headers to send)."""
+    host = urllib.parse.urlsplit(url).netloc
+    path = urllib.parse.urlsplit(url).path or "/"
+    body = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(params.items())).encode()
+    amz_date = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    headers = {"content-type": FORM_CONTENT_TYPE, "host": host, "x-amz-date": amz_date}
+    if creds.session_token:
+        headers["x-amz-security-token"] = creds.session_token
+    signed = ";".join(sorted(headers))
+    canonical_headers = "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers))
+    canonical = "\n".join(["POST", path, "", canonical_headers, signed, hashlib.sha256(body).hexdigest()])
+    scope = f"{day}/{region}/{service}/aws4_request"
+    to_sign = "\n".join([_ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = _hmac(("AWS4" + creds.secret_access_key).encode(), day)
+    for part in (region, service, "aws4_request"):
+        key = _hmac(key, part)
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    out = {k: v for k, v in headers.items() if k != "host"}
+    credential = f"{creds.access_key_id}/{scope}"
+    out["Authorization"] = (
+        f"{_ALGORITHM} Credential={credential}, SignedHeaders={signed}, Signature={signature}"
+    )
+    return body, out
+
+
+def endpoint(region: str, environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    override = env.get("AWS_ENDPOINT_URL_CLOUDWATCH") or env.get("AWS_ENDPOINT_URL")
+    return override.rstrip("/") + "/" if override else AWS_AGENT_METRIC.url.format(region=region)
+
+
+def put_has_work(
+    region: str,
+    instance_id: str,
+    has_work: bool,
+    *,
+    metadata_url: str | None = None,
+    now: datetime | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Publish one `HasWork` datapoint for `instance_id`; OSError when CloudWatch refuses it."""
+    creds = credentials(metadata_url, environ)
+    when = now or datetime.now(timezone.utc)
+    m = AWS_AGENT_METRIC
+    params = {
+        "Action": "PutMetricData",
+        "Version": m.version,
+        "Namespace": m.namespace,
+        "MetricData.member.1.MetricName": m.metric,
+        "MetricData.member.1.Dimensions.member.1.Name": m.dimension,
+        "MetricData.member.1.Dimensions.member.1.Value": instance_id,
+        "MetricData.member.1.Value": "1" if has_work else "0",
+        "MetricData.member.1.Unit": "Count",
+        "MetricData.member.1.Timestamp": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    url = endpoint(region, environ)
+    body, headers = sign_form_post(url, params, creds, region=region, service=m.service, now=when)
+    reply = http(url, method="POST", headers=headers, data=body, timeout=5.0)
+    if reply.status != 200:
+        raise OSError(f"PutMetricData answered {reply.status}: {reply.body[:200]!r}")
+
+
+def publishes(config: AgentConfig) -> bool:
+    """Whether this node publishes the signal: AWS nodes with an idle rule (the alarm's input)."""
+    node = config.node
+    return node.provider == "aws" and bool(node.region) and config.stop_rules.idle_s is not None
+
+
+def start_publisher(
+    config: AgentConfig,
+    has_work: Callable[[], bool],
+    stopping: threading.Event,
+    log: Callable[[str], None],
+    *,
+    interval_s: float | None = None,
+) -> threading.Thread | None:
+    """Publish `has_work()` now and every interval until `stopping` is set; None when not publishing."""
+    if not publishes(config):
+        return None
+    region = config.node.region or ""
+    # every heartbeat, at most a minute apart (CloudWatch keeps one datapoint a minute)
+    every = min(AWS_AGENT_METRIC.interval_s, config.heartbeat_s) if interval_s is None else interval_s
+
+    def publish() -> None:
+        failing = False
+        while True:
+            try:
+                put_has_work(region, config.node.id, has_work(), metadata_url=config.metadata_url)
+                if failing:
+                    log("the has-work metric is published again")
+                failing = False
+            except (OSError, ValueError) as exc:
+                if not failing:
+                    log(f"cannot publish the has-work metric (the idle alarm may stop the node): {exc}")
+                failing = True
+            if stopping.wait(every):
+                return
+
+    thread = threading.Thread(target=publish, name="has-work-metric", daemon=True)
+    thread.start()
+    return thread
