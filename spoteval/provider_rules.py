@@ -103,3 +103,50 @@ PERMISSION_FACTS: Final[Mapping[str, Source]] = {
         "a daily time of day; Azure offers no built-in stop on a metric or after a run time",
     ),
 }
+
+
+@dataclass(frozen=True)
+class PoolEngine:
+    """A provider's group engine, which a pool stack declares and the operator drives as one node."""
+
+    engine: str
+    #: True when the engine itself brings back the members the provider took
+    restores_members: bool
+    #: the members' states that count as serving, in the provider's words
+    serving: frozenset[str]
+    source: Source
+
+
+#: provider -> its pool engine (spoteval/clouds/groups.py)
+POOL_ENGINES: Final[Mapping[str, PoolEngine]] = {
+    "aws": PoolEngine(
+        "Auto Scaling group",
+        True,
+        frozenset({"InService"}),
+        Source(
+            "https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-lifecycle.html",
+            note="the group launches a replacement for a member the provider took (lifecycle state "
+            "InService once it serves)",
+        ),
+    ),
+    "gcp": PoolEngine(
+        "regional managed instance group",
+        True,
+        frozenset({"RUNNING"}),
+        Source(
+            "https://cloud.google.com/compute/docs/instance-groups/create-mig-with-preemptible-vms",
+            note="the group recreates preempted members when capacity returns",
+        ),
+    ),
+    "azure": PoolEngine(
+        "Spot virtual machine scale set",
+        False,
+        frozenset({"PowerState/running"}),
+        Source(
+            "https://learn.microsoft.com/azure/virtual-machine-scale-sets/use-spot",
+            note="with eviction policy Delete the evicted members are deleted; Spot try & restore "
+            "(spotRestorePolicy.restoreTimeout) brings them back only within its window; whether the "
+            "capacity itself drops on eviction is not confirmed, so the operator sets it back",
+        ),
+    ),
+}

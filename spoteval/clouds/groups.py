@@ -34,21 +34,17 @@ from spoteval.clouds.base import (
     wait_for,
 )
 from spoteval.price import Price
-from spoteval.providers import AWS, AZURE
+from spoteval.provider_rules import POOL_ENGINES
 
 if TYPE_CHECKING:
     from azure.mgmt.compute import ComputeManagementClient
     from google.cloud import compute_v1
 
 #: Providers whose pool is one group the operator drives through its engine.
-GROUP_PROVIDERS: Final = frozenset({"aws", "azure", "gcp"})
-#: A MIG recreates its Spot or preemptible members after a preemption, when capacity returns.
-#: https://cloud.google.com/compute/docs/instance-groups/create-mig-with-preemptible-vms (checked 2026-12-01)
-GCP_MIG_RECREATES: Final = True
-
-#: AWS Auto Scaling lifecycle states of a member that serves (or is about to).
-#: https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-lifecycle.html (checked 2026-12-01)
-_AWS_SERVING: Final = frozenset({"InService"})
+GROUP_PROVIDERS: Final = frozenset(POOL_ENGINES)
+_AWS: Final = POOL_ENGINES["aws"]
+_GCP: Final = POOL_ENGINES["gcp"]
+_AZURE: Final = POOL_ENGINES["azure"]
 
 
 def pool_size(outputs: StackOutputs) -> int:
@@ -95,7 +91,7 @@ class AwsGroupPlane(AwsPlane):
     """An Auto Scaling group: it replaces a member the provider took, so the operator only watches,
     checks the price its bid caps, and scales it to zero."""
 
-    restarts_itself = True
+    restarts_itself = _AWS.restores_members
     can_stay_stopped = True
     is_group = True
 
@@ -145,11 +141,11 @@ class AwsGroupPlane(AwsPlane):
     def state(self) -> NodeState:
         group = self._group()
         instances = group.get("Instances", [])
-        serving = [i["InstanceId"] for i in instances if i.get("LifecycleState") in _AWS_SERVING]
+        serving = [i["InstanceId"] for i in instances if i.get("LifecycleState") in _AWS.serving]
         size = self.size or int(group.get("MaxSize", 0))
         desired = int(group.get("DesiredCapacity", 0))
         return group_state(
-            desired, len(serving), size, serving, engine_restores=AWS.restarts_itself, unit="in service"
+            desired, len(serving), size, serving, engine_restores=_AWS.restores_members, unit="in service"
         )
 
     def address(self) -> str | None:
@@ -188,7 +184,7 @@ class AzureScaleSetPlane(AzurePlane):
     restore window, so the operator sets the capacity back to the stack's size (after the price and
     the grant), and to zero when the run is done."""
 
-    restarts_itself = False
+    restarts_itself = _AZURE.restores_members
     can_stay_stopped = True
     is_group = True
 
@@ -236,11 +232,11 @@ class AzureScaleSetPlane(AzurePlane):
         for vm in vms:
             view = vm.instance_view
             codes = [s.code or "" for s in (view.statuses or [])] if view else []
-            if "PowerState/running" in codes:
+            if _AZURE.serving & set(codes):
                 running.append(str(vm.name or vm.instance_id))
         size = self.size or desired
         return group_state(
-            desired, len(running), size, running, engine_restores=AZURE.restarts_itself, unit="running"
+            desired, len(running), size, running, engine_restores=_AZURE.restores_members, unit="running"
         )
 
     def address(self) -> str | None:
@@ -284,7 +280,7 @@ class GcpMigPlane:
     machine type and GPUs, from the Billing Catalog), or the configured one when none runs."""
 
     provider = "gcp"
-    restarts_itself = GCP_MIG_RECREATES
+    restarts_itself = _GCP.restores_members
     can_stay_stopped = True
     is_group = True
 
@@ -355,7 +351,7 @@ class GcpMigPlane:
     def state(self) -> NodeState:
         group = self._call("get", self.groups.get)
         desired = int(group.target_size or 0)
-        running = [path.rsplit("/", 1)[-1] for path, status in self._members() if status == "RUNNING"]
+        running = [path.rsplit("/", 1)[-1] for path, status in self._members() if status in _GCP.serving]
         return group_state(
             desired,
             len(running),
@@ -372,7 +368,7 @@ class GcpMigPlane:
         from spoteval.clouds.base import configured_price
 
         for path, status in self._members():
-            if status == "RUNNING":
+            if status in _GCP.serving:
                 price: Price = self.member_plane(path).price_now()
                 return price
         return configured_price(self.config, reason="no member of the group runs to read its machine from")
