@@ -27,6 +27,7 @@ from pulumi_azure_native import (
 from components.azure_rules import EventCapture, EventCaptureArgs, StopRules, StopRulesArgs
 from components.base import BuildContext, StackOutputs, child, held, short_hash
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.holds import exclusive, held_moved, moved_from
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_startup_script
 
@@ -298,6 +299,40 @@ class Network(pulumi.ComponentResource):
 # --- the node -----------------------------------------------------------------------------------
 
 
+class WeightsCache(pulumi.ComponentResource):
+    """The weights-cache managed disk, declared whatever `node.count`, `node.market` or pool mode:
+    stopping, resizing, switching to a pool or flipping the market never plans its deletion. It was a
+    child of the Node component; the alias keeps its identity (no replacement of an existing stack's
+    disk). A scale set leaves it unattached (its VMs cache weights on their own OS disk)."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        resource_group: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("spot-eval:azure:WeightsCache", name, None, opts)
+        disk = f"{name}-weights-cache"
+        self.disk = compute.Disk(
+            disk,
+            resource_group_name=resource_group,
+            creation_data=compute.CreationDataArgs(create_option="Empty"),
+            disk_size_gb=settings.node.cache_disk_gb,
+            sku=compute.DiskSkuArgs(name="Premium_LRS"),
+            zones=[settings.zone] if settings.zone else None,
+            opts=held_moved(
+                self, aliases=[moved_from("spot-eval:azure:Node", "azure-native:compute:Disk", disk)]
+            ),
+        )
+        self.register_outputs({"disk": self.disk.id})
+
+
+#: VM properties the Azure API refuses to change on an existing VM (priority only between Low and
+#: Spot, never to or from Regular; Azure/azure-cli#11187), replaced instead
+VM_REPLACED_ON: Final = ["priority", "evictionPolicy"]
+
+
 @dataclass(frozen=True)
 class NodeArgs:
     settings: Settings
@@ -307,6 +342,7 @@ class NodeArgs:
     identity_id: pulumi.Input[str]
     identity_client_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
+    cache_disk_id: pulumi.Input[str] = ""
 
 
 def _custom_data(args: NodeArgs, cache_device: str | None) -> pulumi.Output[str]:
@@ -351,22 +387,15 @@ def _billing(s: Settings) -> compute.BillingProfileArgs | None:
 
 class Node(pulumi.ComponentResource):
     """One GPU VM: Spot priority, deallocated (disks kept) on eviction, max price from the grant,
-    cloud-init custom data, scheduled events on, a static public IP and a weights-cache disk."""
+    cloud-init custom data, scheduled events on, a static public IP and the weights-cache disk
+    (components WeightsCache) attached. The VM holds the disk and the NIC, the NIC holds the public
+    IP: both are replaced delete-first, and a change of priority (the market) replaces the VM."""
 
     def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:azure:Node", name, None, opts)
         s = args.settings
         node = s.node
         zones = [s.zone] if s.zone else None
-        self.cache = compute.Disk(
-            f"{name}-weights-cache",
-            resource_group_name=args.resource_group,
-            creation_data=compute.CreationDataArgs(create_option="Empty"),
-            disk_size_gb=node.cache_disk_gb,
-            sku=compute.DiskSkuArgs(name="Premium_LRS"),
-            zones=zones,
-            opts=held(self),
-        )
         self.address = network.PublicIPAddress(
             f"{name}-address",
             resource_group_name=args.resource_group,
@@ -386,7 +415,7 @@ class Node(pulumi.ComponentResource):
                     public_ip_address=network.PublicIPAddressArgs(id=self.address.id),
                 )
             ],
-            opts=child(self),
+            opts=exclusive(self),
         )
         self.vm = compute.VirtualMachine(
             f"{name}-gpu",
@@ -408,7 +437,7 @@ class Node(pulumi.ComponentResource):
                         lun=CACHE_LUN,
                         create_option="Attach",
                         delete_option="Detach",
-                        managed_disk=compute.ManagedDiskParametersArgs(id=self.cache.id),
+                        managed_disk=compute.ManagedDiskParametersArgs(id=args.cache_disk_id),
                     )
                 ],
             ),
@@ -435,10 +464,10 @@ class Node(pulumi.ComponentResource):
                 )
             ),
             zones=zones,
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["os_profile"]),
+            opts=exclusive(self, replace_on_changes=VM_REPLACED_ON, ignore_changes=["os_profile"]),
         )
         self.node_ids = self.vm.name.apply(lambda n: [n])
-        self.register_outputs({"node_ids": self.node_ids, "cache_disk": self.cache.id})
+        self.register_outputs({"node_ids": self.node_ids})
 
 
 class Pool(pulumi.ComponentResource):
@@ -507,7 +536,8 @@ class Pool(pulumi.ComponentResource):
                     )
                 ),
             ),
-            opts=child(self),
+            # The market is the VM profile's priority, which a scale set cannot change either.
+            opts=exclusive(self, replace_on_changes=[f"virtualMachineProfile.{p}" for p in VM_REPLACED_ON]),
         )
         self.node_ids = self.scale_set.name.apply(lambda n: [n])
         self.register_outputs({"node_ids": self.node_ids})
@@ -535,6 +565,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         opts,
     )
     net = Network(name, NetworkArgs(settings, group.name), opts)
+    cache = WeightsCache(name, settings, group.name, opts)
     node_ids: pulumi.Input[list[str]] = []
     if settings.node.count >= 1:
         node_args = NodeArgs(
@@ -545,6 +576,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             identity_id=identity.identity.id,
             identity_client_id=identity.identity.client_id,
             subnet_id=net.subnet.id,
+            cache_disk_id=cache.disk.id,
         )
         depends = [store.bundle, identity.assignment] + ([store.manifest] if store.manifest else [])
         node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))

@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes import apps, batch, core, meta
 
 from components.base import BuildContext, StackOutputs, child, held
+from components.holds import exclusive
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import agent_config, k8s_agent_command, server_command, stop_timeout_s
 from spoteval.providers import K8S_FLAVOURS, K8sFlavour
@@ -35,6 +36,10 @@ SPOOL_GB: Final = 1
 #: a ConfigMap holds at most 1 MiB; keep a margin for keys and metadata
 CONFIG_MAP_LIMIT: Final = 1_000_000
 EXIT_BAD_CONFIG: Final = 2
+#: `pulumi up` does not wait for a workload to become ready or complete: a run takes hours, the
+#: provider's await (a Job's completion, a Deployment's readiness) would fail the update after its
+#: 10-minute default. The run's progress is the run record's (`python -m scripts.report`).
+SKIP_AWAIT: Final = {"pulumi.com/skipAwait": "true"}
 
 # --- the stack config: rules for the common keys, the `k8s:` block -----------------------------
 
@@ -252,9 +257,10 @@ class EvalWorkload(pulumi.ComponentResource):
         server_labels = _labels(s, "model-server")
         server_place = _placement(s, flavour, gpu=True)
         assert s.server.image is not None
+        # Fixed names, and the pods hold ReadWriteOnce claims: workloads are replaced delete-first.
         self.deployment = apps.v1.Deployment(
             f"{name}-server",
-            metadata=meta_("server", "model-server"),
+            metadata=meta_("server", "model-server", SKIP_AWAIT),
             spec=apps.v1.DeploymentSpecArgs(
                 replicas=1,
                 # One pod at a time: the weights cache is ReadWriteOnce.
@@ -306,7 +312,7 @@ class EvalWorkload(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child(self, depends_on=depends),
+            opts=exclusive(self, depends_on=depends),
         )
         self.service = core.v1.Service(
             f"{name}-server",
@@ -322,7 +328,7 @@ class EvalWorkload(pulumi.ComponentResource):
         manifest_path = f"{CONFIG_DIR}/manifest.jsonl" if manifest is not None else None
         self.job = batch.v1.Job(
             f"{name}-episodes",
-            metadata=meta_("episodes", "agent"),
+            metadata=meta_("episodes", "agent", SKIP_AWAIT),
             spec=batch.v1.JobSpecArgs(
                 completion_mode="Indexed",
                 completions=s.node.count,
@@ -413,7 +419,7 @@ class EvalWorkload(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends, self.service]),
+            opts=exclusive(self, depends_on=[*depends, self.service]),
         )
         self.register_outputs({"job": self.job.metadata.name})
 

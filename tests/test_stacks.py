@@ -305,7 +305,9 @@ def test_aws_on_demand_is_the_same_node_without_market_options() -> None:
 def test_aws_pool_is_a_price_capacity_optimized_spot_group() -> None:
     r = variant_cached("aws", "node__count", 3)
     assert not r.of_type("aws:ec2/instance:Instance")
-    assert not r.of_type("aws:ebs/volume:Volume")
+    # the weights-cache volume stays, unattached: pool nodes cache on their root volume
+    assert r.one("aws:ebs/volume:Volume").protect
+    assert not r.of_type("aws:ec2/volumeAttachment:VolumeAttachment")
     group = r.one("aws:autoscaling/group:Group").inputs
     assert group["capacityRebalance"] is True
     assert group["desiredCapacity"] == group["minSize"] == group["maxSize"] == 3
