@@ -29,7 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def test_every_stack_file_is_recorded() -> None:
     assert sorted({label.split("+")[0] for label in RECORDED}) == sorted(STACKS)
-    assert len(RECORDED) == 26
+    assert len(RECORDED) == 25  # Runpod refuses a static address
 
 
 #: stack -> (URN now, URN before the move that its alias names)
