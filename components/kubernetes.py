@@ -53,6 +53,7 @@ SETTINGS_KEYS: Final = frozenset(
         "storage_class",
         "service_account_annotations",
         "node_selector",
+        "shared_spool_class",
     }
 )
 #: the keys every stack has, on Kubernetes: the model server runs from `server.image`
@@ -70,6 +71,8 @@ class K8sSettings:
     storage_class: str | None
     service_account_annotations: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: a storage class offering ReadWriteMany: the agents of a pool share one spool claim of it
+    shared_spool_class: str | None = None
 
     @property
     def notice_s(self) -> int:
@@ -103,6 +106,7 @@ def parse_settings(block: SettingsReader) -> K8sSettings:
         storage_class=block.opt_string("storage_class"),
         service_account_annotations=block.string_map("service_account_annotations"),
         node_selector=selector,
+        shared_spool_class=block.opt_string("shared_spool_class"),
     )
 
 
@@ -236,17 +240,32 @@ class EvalWorkload(pulumi.ComponentResource):
             ),
             opts=held(self, depends_on=depends),
         )
+        # The spool claims do not depend on node.count (an access mode is replace-only, and a held
+        # claim is never replaced): one ReadWriteOnce claim always, and with k8s.shared_spool_class
+        # one ReadWriteMany claim that the agents of a pool, on different nodes, share.
         self.spool = core.v1.PersistentVolumeClaim(
             f"{name}-agent-spool",
             metadata=meta_("agent-spool", "agent"),
             spec=core.v1.PersistentVolumeClaimSpecArgs(
-                # pods of several indexes may run on different nodes at once
-                access_modes=["ReadWriteOnce" if s.node.count <= 1 else "ReadWriteMany"],
+                access_modes=["ReadWriteOnce"],
                 storage_class_name=kube.storage_class,
                 resources=core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{SPOOL_GB}Gi"}),
             ),
             opts=held(self, depends_on=depends),
         )
+        self.shared_spool: core.v1.PersistentVolumeClaim | None = None
+        if kube.shared_spool_class is not None:
+            self.shared_spool = core.v1.PersistentVolumeClaim(
+                f"{name}-agent-spool-shared",
+                metadata=meta_("agent-spool-shared", "agent"),
+                spec=core.v1.PersistentVolumeClaimSpecArgs(
+                    access_modes=["ReadWriteMany"],
+                    storage_class_name=kube.shared_spool_class,
+                    resources=core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{SPOOL_GB}Gi"}),
+                ),
+                opts=held(self, depends_on=depends),
+            )
+        spool = self.shared_spool or self.spool
         self.job: batch.v1.Job | None = None
         self.deployment: apps.v1.Deployment | None = None
         self.service: core.v1.Service | None = None
@@ -411,7 +430,7 @@ class EvalWorkload(pulumi.ComponentResource):
                             core.v1.VolumeArgs(
                                 name="spool",
                                 persistent_volume_claim=core.v1.PersistentVolumeClaimVolumeSourceArgs(
-                                    claim_name=self.spool.metadata.name
+                                    claim_name=spool.metadata.name
                                 ),
                             ),
                         ],
@@ -425,6 +444,12 @@ class EvalWorkload(pulumi.ComponentResource):
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
+    if settings.node.pool and own(settings).shared_spool_class is None:
+        raise SettingsError(
+            "k8s.shared_spool_class",
+            "is required for a pool (node.count > 1): its agents run on different nodes and share "
+            "one ReadWriteMany spool claim; name a storage class that offers ReadWriteMany",
+        )
     opts = pulumi.ResourceOptions(providers=[provider(settings)])
     workload = EvalWorkload(settings.run_id, WorkloadArgs(settings, context), opts)
     node_ids: pulumi.Input[list[str]] = (

@@ -620,11 +620,29 @@ def test_kubernetes_flavours_fit_grace_to_their_notice() -> None:
     assert pod["terminationGracePeriodSeconds"] == 115
 
 
-def test_kubernetes_parallel_agents_share_one_server() -> None:
-    r = variant_cached("k8s", "node__count", 4)
+def test_kubernetes_parallel_agents_share_one_server_and_one_shared_spool() -> None:
+    r = variant("k8s", node__count=4, k8s__shared_spool_class="standard-rwx")
     spec = r.one("kubernetes:batch/v1:Job").inputs["spec"]
     assert spec["parallelism"] == spec["completions"] == 4
     assert r.one("kubernetes:apps/v1:Deployment").inputs["spec"]["replicas"] == 1
+    claims = {
+        c.name.removeprefix("qwen7b-drill-gke-"): c
+        for c in r.of_type("kubernetes:core/v1:PersistentVolumeClaim")
+    }
+    assert sorted(claims) == ["agent-spool", "agent-spool-shared", "weights-cache"]
+    shared = claims["agent-spool-shared"]
+    assert shared.protect and shared.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert shared.inputs["spec"]["storageClassName"] == "standard-rwx"
+    # the single node's claim is the same as with one node (an access mode is replace-only)
+    assert claims["agent-spool"].inputs["spec"]["accessModes"] == ["ReadWriteOnce"]
+    [volume] = [v for v in spec["template"]["spec"]["volumes"] if v["name"] == "spool"]
+    assert volume["persistentVolumeClaim"]["claimName"] == shared.inputs["metadata"]["name"]
+
+
+def test_kubernetes_pool_without_a_shared_spool_class_is_refused_naming_the_key() -> None:
+    with pytest.raises(RenderError) as info:
+        variant("k8s", node__count=2)
+    assert str(info.value).startswith("stack config spot-eval:k8s.shared_spool_class: is required for a pool")
 
 
 # --- no compute, bad config ---------------------------------------------------------------------------
