@@ -538,7 +538,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         else:
             node = Node(name, node_args, node_opts)
             node_ids, instance_id = node.node_ids, node.instance.id
-        EventCapture(name, EventCaptureArgs(settings, instance_id), opts)
+    EventCapture(name, EventCaptureArgs(settings, instance_id), opts)
     StopRules(name, StopRulesArgs(settings, context, instance_id, group_name), opts)
     pool_size = settings.node.count if settings.node.pool else 0
     return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone, pool_size=pool_size)

@@ -456,7 +456,8 @@ class EventCapture(pulumi.ComponentResource):
             location="global",
             bucket_id=f"spot-eval-{s.run_id}",
             retention_days=400,
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            # a record of preemptions: held like the results
+            opts=held(self),
         )
         log_filter = pulumi.Output.concat(
             'logName:"cloudaudit.googleapis.com%2Fsystem_event" ',
@@ -465,6 +466,12 @@ class EventCapture(pulumi.ComponentResource):
             args.instance_name_prefix,
             '"',
         )
+        # The log bucket (retained, a fixed id) is declared whatever node.count, so a stop and a
+        # resume never drop it from the stack and create it again; the sink only while a node runs.
+        self.sink: logging.ProjectSink | None = None
+        if s.node.count < 1:
+            self.register_outputs({"log_bucket": self.log_bucket.id})
+            return
         self.sink = logging.ProjectSink(
             f"{name}-preempted",
             destination=pulumi.Output.concat("logging.googleapis.com/", self.log_bucket.id),
@@ -498,6 +505,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
     )
     cache = WeightsCache(name, settings, opts)
     node_ids: pulumi.Input[list[str]] = []
+    prefix: pulumi.Input[str] = f"{settings.run_id}-gpu-"
     if settings.node.count >= 1:
         node_args = NodeArgs(
             settings=settings,
@@ -509,13 +517,12 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         )
         depends = [store.bundle, *identity.members] + ([store.manifest] if store.manifest else [])
         node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))
-        prefix: pulumi.Input[str]
         if settings.node.pool:
             pool = Pool(name, node_args, node_opts)
             node_ids, prefix = pool.node_ids, f"{settings.run_id}-gpu-"
         else:
             node = Node(name, node_args, node_opts)
             node_ids, prefix = node.node_ids, node.instance.name
-        EventCapture(name, EventCaptureArgs(settings, prefix), opts)
+    EventCapture(name, EventCaptureArgs(settings, prefix), opts)
     StopRules(name, StopRulesArgs(settings), opts)
     return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone)

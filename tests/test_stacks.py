@@ -146,8 +146,13 @@ def test_what_holds_results_or_weights_is_protected_and_retained(path: Path) -> 
             "aws:s3/bucketOwnershipControls:BucketOwnershipControls",
             "aws:s3/bucketPolicy:BucketPolicy",
             "aws:ebs/volume:Volume",
+            "aws:cloudwatch/logGroup:LogGroup",  # the interruption events
         },
-        "gcp": {"gcp:storage/bucket:Bucket", "gcp:compute/disk:Disk"},
+        "gcp": {
+            "gcp:storage/bucket:Bucket",
+            "gcp:compute/disk:Disk",
+            "gcp:logging/projectBucketConfig:ProjectBucketConfig",  # the preemption events
+        },
         "azure": {
             "azure-native:resources:ResourceGroup",
             "azure-native:storage:StorageAccount",
