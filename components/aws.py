@@ -409,13 +409,29 @@ class Node(pulumi.ComponentResource):
             stop_instance_before_detaching=True,
             opts=exclusive(self),
         )
-        self.address: ec2.Eip | None = None
-        if s.address_kind == "static":
-            self.address = ec2.Eip(
-                f"{name}-address", domain="vpc", instance=self.instance.id, opts=child(self)
-            )
         self.node_ids = self.instance.id.apply(lambda i: [i])
         self.register_outputs({"node_ids": self.node_ids})
+
+
+class StaticAddress(pulumi.ComponentResource):
+    """The Elastic IP of a single node (`node.address: static`), declared with `node.count` 0 too, so
+    a stop and a resume keep the address (unassociated while no node runs). It was a child of the
+    Node component; the alias keeps its identity."""
+
+    def __init__(
+        self, name: str, instance_id: pulumi.Input[str] | None, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot-eval:aws:StaticAddress", name, None, opts)
+        address = f"{name}-address"
+        self.eip = ec2.Eip(
+            address,
+            domain="vpc",
+            instance=instance_id,
+            opts=pulumi.ResourceOptions(
+                parent=self, aliases=[moved_from("spot-eval:aws:Node", "aws:ec2/eip:Eip", address)]
+            ),
+        )
+        self.register_outputs({"public_ip": self.eip.public_ip})
 
 
 class Pool(pulumi.ComponentResource):
@@ -538,6 +554,8 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         else:
             node = Node(name, node_args, node_opts)
             node_ids, instance_id = node.node_ids, node.instance.id
+    if settings.address_kind == "static":
+        StaticAddress(name, instance_id, opts)
     EventCapture(name, EventCaptureArgs(settings, instance_id), opts)
     StopRules(name, StopRulesArgs(settings, context, instance_id, group_name), opts)
     pool_size = settings.node.count if settings.node.pool else 0

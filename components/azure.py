@@ -24,10 +24,11 @@ from pulumi_azure_native import (
     storage,
 )
 
+from components.azure_holds import StaticAddress, WeightsCache
 from components.azure_rules import EventCapture, EventCaptureArgs, StopRules, StopRulesArgs
 from components.base import BuildContext, StackOutputs, child, held, short_hash
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.holds import exclusive, held_moved, moved_from
+from components.holds import exclusive
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_startup_script
 
@@ -299,35 +300,6 @@ class Network(pulumi.ComponentResource):
 # --- the node -----------------------------------------------------------------------------------
 
 
-class WeightsCache(pulumi.ComponentResource):
-    """The weights-cache managed disk, declared whatever `node.count`, `node.market` or pool mode:
-    stopping, resizing, switching to a pool or flipping the market never plans its deletion. It was a
-    child of the Node component; the alias keeps its identity (no replacement of an existing stack's
-    disk). A scale set leaves it unattached (its VMs cache weights on their own OS disk)."""
-
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        resource_group: pulumi.Input[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("spot-eval:azure:WeightsCache", name, None, opts)
-        disk = f"{name}-weights-cache"
-        self.disk = compute.Disk(
-            disk,
-            resource_group_name=resource_group,
-            creation_data=compute.CreationDataArgs(create_option="Empty"),
-            disk_size_gb=settings.node.cache_disk_gb,
-            sku=compute.DiskSkuArgs(name="Premium_LRS"),
-            zones=[settings.zone] if settings.zone else None,
-            opts=held_moved(
-                self, aliases=[moved_from("spot-eval:azure:Node", "azure-native:compute:Disk", disk)]
-            ),
-        )
-        self.register_outputs({"disk": self.disk.id})
-
-
 #: VM properties the Azure API refuses to change on an existing VM (priority only between Low and
 #: Spot, never to or from Regular; Azure/azure-cli#11187), replaced instead
 VM_REPLACED_ON: Final = ["priority", "evictionPolicy"]
@@ -343,6 +315,7 @@ class NodeArgs:
     identity_client_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     cache_disk_id: pulumi.Input[str] = ""
+    address_id: pulumi.Input[str] = ""
 
 
 def _custom_data(args: NodeArgs, cache_device: str | None) -> pulumi.Output[str]:
@@ -396,14 +369,6 @@ class Node(pulumi.ComponentResource):
         s = args.settings
         node = s.node
         zones = [s.zone] if s.zone else None
-        self.address = network.PublicIPAddress(
-            f"{name}-address",
-            resource_group_name=args.resource_group,
-            sku=network.PublicIPAddressSkuArgs(name="Standard"),
-            public_ip_allocation_method="Static",
-            zones=zones,
-            opts=child(self),
-        )
         self.nic = network.NetworkInterface(
             f"{name}-nic",
             resource_group_name=args.resource_group,
@@ -412,7 +377,7 @@ class Node(pulumi.ComponentResource):
                     name="primary",
                     primary=True,
                     subnet=network.SubnetArgs(id=args.subnet_id),
-                    public_ip_address=network.PublicIPAddressArgs(id=self.address.id),
+                    public_ip_address=network.PublicIPAddressArgs(id=args.address_id),
                 )
             ],
             opts=exclusive(self),
@@ -566,6 +531,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
     )
     net = Network(name, NetworkArgs(settings, group.name), opts)
     cache = WeightsCache(name, settings, group.name, opts)
+    address = StaticAddress(name, settings, group.name, opts) if not settings.node.pool else None
     node_ids: pulumi.Input[list[str]] = []
     if settings.node.count >= 1:
         node_args = NodeArgs(
@@ -577,6 +543,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             identity_client_id=identity.identity.client_id,
             subnet_id=net.subnet.id,
             cache_disk_id=cache.disk.id,
+            address_id=address.ip.id if address is not None else "",
         )
         depends = [store.bundle, identity.assignment] + ([store.manifest] if store.manifest else [])
         node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))

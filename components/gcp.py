@@ -499,7 +499,8 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             subnet_cidr=own(settings).subnet_cidr,
             ingress_cidrs=settings.node.ingress_cidrs,
             server_port=settings.server.port,
-            static_address=settings.node.count == 1 and settings.address_kind == "static",
+            # a single node's static address stays while it is stopped (node.count 0)
+            static_address=settings.address_kind == "static",
         ),
         opts,
     )

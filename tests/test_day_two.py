@@ -57,15 +57,16 @@ PLANNED: dict[tuple[str, str], dict[str, list[str]]] = {
         "create": [],
     },
     ("aws-us-east-1", "static address"): {"replace": [], "delete": [], "create": ["Eip:aws-address"]},
+    # the static public IP stays while the node is stopped
     ("azure-eastus", "stop the node"): {
         "replace": [],
-        "delete": ["NetworkInterface:azure-nic", "PublicIPAddress:azure-address", "VirtualMachine:azure-gpu"],
+        "delete": ["NetworkInterface:azure-nic", "VirtualMachine:azure-gpu"],
         "create": [],
     },
     ("azure-eastus", "resume"): {
         "replace": [],
         "delete": [],
-        "create": ["NetworkInterface:azure-nic", "PublicIPAddress:azure-address", "VirtualMachine:azure-gpu"],
+        "create": ["NetworkInterface:azure-nic", "VirtualMachine:azure-gpu"],
     },
     ("azure-eastus", "pool"): {
         "replace": [],
@@ -260,6 +261,27 @@ def test_what_pulumi_up_plans_for_each_workflow(stack: str, workflow: str) -> No
     assert compute == PLANNED[stack, workflow]
     # what is replaced and holds an exclusive attachment goes delete-first
     assert all(d.delete_before_replace for d in p.replaced if d.type != "kubernetes:core/v1:ConfigMap")
+
+
+@pytest.mark.parametrize(
+    ("stack", "address"),
+    [
+        ("aws-us-east-1", "Eip:aws-address"),
+        ("gcp-us-central1", "Address:gcp-address"),
+        ("azure-eastus", "PublicIPAddress:azure-address"),
+    ],
+)
+def test_a_static_address_stays_while_the_node_is_stopped(stack: str, address: str) -> None:
+    static = (("node__address", "static"),)
+    running = rendered(stack, static)
+    stopped = rendered(stack, (("node__address", "static"), ("node__count", 0)))
+    assert isinstance(running, Rendered) and isinstance(stopped, Rendered)
+    kinds = ("Eip", "Address", "PublicIPAddress")
+    assert [short(d) for d in running.resources if d.type.split(":")[-1] in kinds] == [address]
+    assert [short(d) for d in stopped.resources if d.type.split(":")[-1] in kinds] == [address]
+    p = plan(running, stopped)
+    assert [short(d) for d in p.deleted if d.type.split(":")[-1] in kinds] == []
+    assert stopped.outputs["address_kind"] == "static" and stopped.outputs["node_ids"] == []
 
 
 def _all_renders() -> list[tuple[str, Rendered]]:
