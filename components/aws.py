@@ -26,6 +26,7 @@ from components.aws_rules import (
 )
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.holds import exclusive, held_moved, moved_from
 from components.privilege import aws_create_only_statement, aws_node_statements
 from components.settings import CommonKeyRules, Settings, SettingsReader, cidr
 from components.startup import render_startup_script
@@ -279,6 +280,29 @@ def _metadata_options() -> ec2.InstanceMetadataOptionsArgs:
     )
 
 
+class WeightsCache(pulumi.ComponentResource):
+    """The weights-cache volume, declared whatever `node.count`, `node.market` or pool mode: stopping,
+    resizing, switching to a pool or flipping the market never plans its deletion. It was a child of
+    the Node component; the alias keeps its identity (no replacement of an existing stack's volume).
+    A pool leaves it unattached (pool nodes cache weights on their own root volume)."""
+
+    def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:aws:WeightsCache", name, None, opts)
+        assert settings.zone is not None
+        volume = f"{name}-weights-cache"
+        self.volume = ebs.Volume(
+            volume,
+            availability_zone=settings.zone,
+            size=settings.node.cache_disk_gb,
+            type="gp3",
+            encrypted=True,
+            opts=held_moved(
+                self, aliases=[moved_from("spot-eval:aws:Node", "aws:ebs/volume:Volume", volume)]
+            ),
+        )
+        self.register_outputs({"volume_id": self.volume.id})
+
+
 @dataclass(frozen=True)
 class NodeArgs:
     settings: Settings
@@ -286,25 +310,21 @@ class NodeArgs:
     subnet_id: pulumi.Input[str]
     security_group_id: pulumi.Input[str]
     instance_profile: pulumi.Input[str]
+    cache_volume_id: pulumi.Input[str] = ""
 
 
 class Node(pulumi.ComponentResource):
     """One GPU instance: persistent spot request that stops (not terminates) on interruption, EBS root,
-    and a separate weights-cache volume that survives any replacement of the instance."""
+    and the weights-cache volume (components WeightsCache) attached. The instance and the attachment
+    are replaced delete-first: the volume attaches to one instance at a time, and the market
+    (`instance_market_options`) is replace-only."""
 
     def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:aws:Node", name, None, opts)
         s = args.settings
         node = s.node
         assert s.zone is not None
-        self.cache = ebs.Volume(
-            f"{name}-weights-cache",
-            availability_zone=s.zone,
-            size=node.cache_disk_gb,
-            type="gp3",
-            encrypted=True,
-            opts=held(self),
-        )
+        cache_id = pulumi.Output.from_input(args.cache_volume_id)
         # The image may be an AMI id or `resolve:ssm:/aws/service/...`, which EC2 resolves at launch;
         # only a launch template takes the latter without a diff on every run.
         self.template = ec2.LaunchTemplate(
@@ -332,7 +352,7 @@ class Node(pulumi.ComponentResource):
             if node.spot
             else None
         )
-        device = self.cache.id.apply(
+        device = cache_id.apply(
             lambda vol: f"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{vol.replace('-', '')}"
         )
         user_data = pulumi.Output.all(pulumi.Output.from_input(args.store_url), device).apply(
@@ -356,23 +376,39 @@ class Node(pulumi.ComponentResource):
             ),
             user_data=user_data,
             tags={**s.tags, "Name": f"{s.run_id}-gpu"},
-            opts=child(self),
+            opts=exclusive(self),
         )
         self.attachment = ec2.VolumeAttachment(
             f"{name}-weights-cache",
             device_name=CACHE_DEVICE_NAME,
-            volume_id=self.cache.id,
+            volume_id=cache_id,
             instance_id=self.instance.id,
             stop_instance_before_detaching=True,
-            opts=child(self),
+            opts=exclusive(self),
         )
-        self.address: ec2.Eip | None = None
-        if s.address_kind == "static":
-            self.address = ec2.Eip(
-                f"{name}-address", domain="vpc", instance=self.instance.id, opts=child(self)
-            )
         self.node_ids = self.instance.id.apply(lambda i: [i])
-        self.register_outputs({"node_ids": self.node_ids, "cache_volume_id": self.cache.id})
+        self.register_outputs({"node_ids": self.node_ids})
+
+
+class StaticAddress(pulumi.ComponentResource):
+    """The Elastic IP of a single node (`node.address: static`), declared with `node.count` 0 too, so
+    a stop and a resume keep the address (unassociated while no node runs). It was a child of the
+    Node component; the alias keeps its identity."""
+
+    def __init__(
+        self, name: str, instance_id: pulumi.Input[str] | None, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("spot-eval:aws:StaticAddress", name, None, opts)
+        address = f"{name}-address"
+        self.eip = ec2.Eip(
+            address,
+            domain="vpc",
+            instance=instance_id,
+            opts=pulumi.ResourceOptions(
+                parent=self, aliases=[moved_from("spot-eval:aws:Node", "aws:ec2/eip:Eip", address)]
+            ),
+        )
+        self.register_outputs({"public_ip": self.eip.public_ip})
 
 
 class Pool(pulumi.ComponentResource):
@@ -474,6 +510,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         ),
         opts,
     )
+    cache = WeightsCache(name, settings, opts)
     node_ids: pulumi.Input[list[str]] = []
     instance_id: pulumi.Output[str] | None = None
     group_name: pulumi.Output[str] | None = None
@@ -484,6 +521,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             subnet_id=network.subnet.id,
             security_group_id=network.security_group.id,
             instance_profile=identity.profile.name,
+            cache_volume_id=cache.volume.id,
         )
         depends = [store.bundle, identity.policy] + ([store.manifest] if store.manifest else [])
         node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))
@@ -493,7 +531,9 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         else:
             node = Node(name, node_args, node_opts)
             node_ids, instance_id = node.node_ids, node.instance.id
-        EventCapture(name, EventCaptureArgs(settings, instance_id), opts)
+    if settings.address_kind == "static":
+        StaticAddress(name, instance_id, opts)
+    EventCapture(name, EventCaptureArgs(settings, instance_id), opts)
     StopRules(name, StopRulesArgs(settings, context, instance_id, group_name), opts)
     pool_size = settings.node.count if settings.node.pool else 0
     return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone, pool_size=pool_size)

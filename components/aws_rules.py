@@ -20,7 +20,7 @@ import pulumi
 from pulumi_aws import autoscaling, budgets, cloudwatch, iam, scheduler
 
 from components.aws_spot_cleanup import SpotRequestCleanup
-from components.base import BuildContext, child
+from components.base import BuildContext, child, held
 from components.settings import Settings
 from spoteval.provider_rules import AWS_AGENT_METRIC
 
@@ -235,7 +235,8 @@ class EventCapture(pulumi.ComponentResource):
             f"{name}-events",
             name=f"/spot-eval/{s.run_id}/ec2-events",
             retention_in_days=400,
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            # a record of interruptions: held like the results
+            opts=held(self),
         )
         cloudwatch.LogResourcePolicy(
             f"{name}-events",
@@ -255,7 +256,9 @@ class EventCapture(pulumi.ComponentResource):
             opts=child(self),
         )
         instance = pulumi.Output.from_input(args.instance_id) if args.instance_id is not None else None
-        for short, detail_type in INTERRUPTION_EVENTS.items():
+        # The log group (retained, a fixed name) is declared whatever node.count, so a stop and a
+        # resume never drop it from the stack and create it again; rules only while a node runs.
+        for short, detail_type in INTERRUPTION_EVENTS.items() if s.node.count >= 1 else ():
             pattern: pulumi.Output[str] | str
             if instance is not None:
                 pattern = instance.apply(functools.partial(_event_pattern, detail_type))

@@ -24,9 +24,11 @@ from pulumi_azure_native import (
     storage,
 )
 
+from components.azure_holds import StaticAddress, WeightsCache
 from components.azure_rules import EventCapture, EventCaptureArgs, StopRules, StopRulesArgs
 from components.base import BuildContext, StackOutputs, child, held, short_hash
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.holds import exclusive
 from components.privilege import AZURE_BLOB_DATA_ACTIONS, AZURE_CONDITION_VERSION, azure_blob_condition
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_startup_script
@@ -299,6 +301,11 @@ class Network(pulumi.ComponentResource):
 # --- the node -----------------------------------------------------------------------------------
 
 
+#: VM properties the Azure API refuses to change on an existing VM (priority only between Low and
+#: Spot, never to or from Regular; Azure/azure-cli#11187), replaced instead
+VM_REPLACED_ON: Final = ["priority", "evictionPolicy"]
+
+
 @dataclass(frozen=True)
 class NodeArgs:
     settings: Settings
@@ -308,6 +315,8 @@ class NodeArgs:
     identity_id: pulumi.Input[str]
     identity_client_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
+    cache_disk_id: pulumi.Input[str] = ""
+    address_id: pulumi.Input[str] = ""
 
 
 def _custom_data(args: NodeArgs, cache_device: str | None) -> pulumi.Output[str]:
@@ -352,30 +361,15 @@ def _billing(s: Settings) -> compute.BillingProfileArgs | None:
 
 class Node(pulumi.ComponentResource):
     """One GPU VM: Spot priority, deallocated (disks kept) on eviction, max price from the grant,
-    cloud-init custom data, scheduled events on, a static public IP and a weights-cache disk."""
+    cloud-init custom data, scheduled events on, a static public IP and the weights-cache disk
+    (components WeightsCache) attached. The VM holds the disk and the NIC, the NIC holds the public
+    IP: both are replaced delete-first, and a change of priority (the market) replaces the VM."""
 
     def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:azure:Node", name, None, opts)
         s = args.settings
         node = s.node
         zones = [s.zone] if s.zone else None
-        self.cache = compute.Disk(
-            f"{name}-weights-cache",
-            resource_group_name=args.resource_group,
-            creation_data=compute.CreationDataArgs(create_option="Empty"),
-            disk_size_gb=node.cache_disk_gb,
-            sku=compute.DiskSkuArgs(name="Premium_LRS"),
-            zones=zones,
-            opts=held(self),
-        )
-        self.address = network.PublicIPAddress(
-            f"{name}-address",
-            resource_group_name=args.resource_group,
-            sku=network.PublicIPAddressSkuArgs(name="Standard"),
-            public_ip_allocation_method="Static",
-            zones=zones,
-            opts=child(self),
-        )
         self.nic = network.NetworkInterface(
             f"{name}-nic",
             resource_group_name=args.resource_group,
@@ -384,10 +378,10 @@ class Node(pulumi.ComponentResource):
                     name="primary",
                     primary=True,
                     subnet=network.SubnetArgs(id=args.subnet_id),
-                    public_ip_address=network.PublicIPAddressArgs(id=self.address.id),
+                    public_ip_address=network.PublicIPAddressArgs(id=args.address_id),
                 )
             ],
-            opts=child(self),
+            opts=exclusive(self),
         )
         self.vm = compute.VirtualMachine(
             f"{name}-gpu",
@@ -409,7 +403,7 @@ class Node(pulumi.ComponentResource):
                         lun=CACHE_LUN,
                         create_option="Attach",
                         delete_option="Detach",
-                        managed_disk=compute.ManagedDiskParametersArgs(id=self.cache.id),
+                        managed_disk=compute.ManagedDiskParametersArgs(id=args.cache_disk_id),
                     )
                 ],
             ),
@@ -436,10 +430,10 @@ class Node(pulumi.ComponentResource):
                 )
             ),
             zones=zones,
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["os_profile"]),
+            opts=exclusive(self, replace_on_changes=VM_REPLACED_ON, ignore_changes=["os_profile"]),
         )
         self.node_ids = self.vm.name.apply(lambda n: [n])
-        self.register_outputs({"node_ids": self.node_ids, "cache_disk": self.cache.id})
+        self.register_outputs({"node_ids": self.node_ids})
 
 
 class Pool(pulumi.ComponentResource):
@@ -508,7 +502,8 @@ class Pool(pulumi.ComponentResource):
                     )
                 ),
             ),
-            opts=child(self),
+            # The market is the VM profile's priority, which a scale set cannot change either.
+            opts=exclusive(self, replace_on_changes=[f"virtualMachineProfile.{p}" for p in VM_REPLACED_ON]),
         )
         self.node_ids = self.scale_set.name.apply(lambda n: [n])
         self.register_outputs({"node_ids": self.node_ids})
@@ -536,6 +531,8 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         opts,
     )
     net = Network(name, NetworkArgs(settings, group.name), opts)
+    cache = WeightsCache(name, settings, group.name, opts)
+    address = StaticAddress(name, settings, group.name, opts) if not settings.node.pool else None
     node_ids: pulumi.Input[list[str]] = []
     vm: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
     if settings.node.count >= 1:
@@ -547,6 +544,8 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             identity_id=identity.identity.id,
             identity_client_id=identity.identity.client_id,
             subnet_id=net.subnet.id,
+            cache_disk_id=cache.disk.id,
+            address_id=address.ip.id if address is not None else "",
         )
         depends = [store.bundle, identity.assignment] + ([store.manifest] if store.manifest else [])
         node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))

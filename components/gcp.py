@@ -16,6 +16,7 @@ from pulumi_gcp import billing, compute, logging, serviceaccount, storage
 
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.holds import exclusive, held_moved, moved_from
 from components.privilege import GCS_CONDITION_TITLES, gcs_condition
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_shutdown_script, render_startup_script
@@ -222,6 +223,25 @@ class Network(pulumi.ComponentResource):
 # --- the node -----------------------------------------------------------------------------------
 
 
+class WeightsCache(pulumi.ComponentResource):
+    """The weights-cache disk, declared whatever `node.count`, `node.market` or pool mode: stopping,
+    resizing, switching to a pool or flipping the market never plans its deletion. It was a child of
+    the Node component; the alias keeps its identity (no replacement of an existing stack's disk).
+    A pool leaves it unattached (pool VMs cache weights on their own boot disk)."""
+
+    def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("spot-eval:gcp:WeightsCache", name, None, opts)
+        disk = f"{name}-weights-cache"
+        self.disk = compute.Disk(
+            disk,
+            zone=settings.zone,
+            size=settings.node.cache_disk_gb,
+            type="pd-balanced",
+            opts=held_moved(self, aliases=[moved_from("spot-eval:gcp:Node", "gcp:compute/disk:Disk", disk)]),
+        )
+        self.register_outputs({"disk": self.disk.id})
+
+
 @dataclass(frozen=True)
 class NodeArgs:
     settings: Settings
@@ -229,6 +249,7 @@ class NodeArgs:
     subnet: pulumi.Input[str]
     service_account: pulumi.Input[str]
     nat_ip: pulumi.Input[str] | None
+    cache_disk: pulumi.Input[str] = ""
 
 
 def _max_run(settings: Settings) -> int | None:
@@ -237,17 +258,15 @@ def _max_run(settings: Settings) -> int | None:
 
 class Node(pulumi.ComponentResource):
     """One GPU VM: Spot provisioning that stops (keeps its disks) on preemption, never restarted
-    automatically, a built-in max run duration, a separate weights-cache disk, and a shutdown
-    script that signals the agent."""
+    automatically, a built-in max run duration, the weights-cache disk (components WeightsCache)
+    attached, and a shutdown script that signals the agent. Replaced delete-first: the disk attaches
+    read-write to one VM at a time, and the market (`scheduling.provisioning_model`) is replace-only."""
 
     def __init__(self, name: str, args: NodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:gcp:Node", name, None, opts)
         s = args.settings
         node = s.node
         assert s.zone is not None
-        self.cache = compute.Disk(
-            f"{name}-weights-cache", zone=s.zone, size=node.cache_disk_gb, type="pd-balanced", opts=held(self)
-        )
         startup = pulumi.Output.from_input(args.store_url).apply(
             lambda url: render_startup_script(
                 s, store_url=url, cache_device=f"/dev/disk/by-id/google-{CACHE_DEVICE_NAME}"
@@ -265,7 +284,7 @@ class Node(pulumi.ComponentResource):
                 ),
             ),
             attached_disks=[
-                compute.InstanceAttachedDiskArgs(source=self.cache.id, device_name=CACHE_DEVICE_NAME)
+                compute.InstanceAttachedDiskArgs(source=args.cache_disk, device_name=CACHE_DEVICE_NAME)
             ],
             guest_accelerators=None
             if has_builtin_gpus(node.instance_type)
@@ -296,10 +315,10 @@ class Node(pulumi.ComponentResource):
             tags=["spot-eval-node"],
             allow_stopping_for_update=True,
             deletion_protection=False,
-            opts=child(self),
+            opts=exclusive(self),
         )
         self.node_ids = self.instance.name.apply(lambda n: [n])
-        self.register_outputs({"node_ids": self.node_ids, "cache_disk": self.cache.id})
+        self.register_outputs({"node_ids": self.node_ids})
 
 
 class Pool(pulumi.ComponentResource):
@@ -449,7 +468,8 @@ class EventCapture(pulumi.ComponentResource):
             location="global",
             bucket_id=f"spot-eval-{s.run_id}",
             retention_days=400,
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            # a record of preemptions: held like the results
+            opts=held(self),
         )
         log_filter = pulumi.Output.concat(
             'logName:"cloudaudit.googleapis.com%2Fsystem_event" ',
@@ -458,6 +478,12 @@ class EventCapture(pulumi.ComponentResource):
             args.instance_name_prefix,
             '"',
         )
+        # The log bucket (retained, a fixed id) is declared whatever node.count, so a stop and a
+        # resume never drop it from the stack and create it again; the sink only while a node runs.
+        self.sink: logging.ProjectSink | None = None
+        if s.node.count < 1:
+            self.register_outputs({"log_bucket": self.log_bucket.id})
+            return
         self.sink = logging.ProjectSink(
             f"{name}-preempted",
             destination=pulumi.Output.concat("logging.googleapis.com/", self.log_bucket.id),
@@ -485,11 +511,14 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             subnet_cidr=own(settings).subnet_cidr,
             ingress_cidrs=settings.node.ingress_cidrs,
             server_port=settings.server.port,
-            static_address=settings.node.count == 1 and settings.address_kind == "static",
+            # a single node's static address stays while it is stopped (node.count 0)
+            static_address=settings.address_kind == "static",
         ),
         opts,
     )
+    cache = WeightsCache(name, settings, opts)
     node_ids: pulumi.Input[list[str]] = []
+    prefix: pulumi.Input[str] = f"{settings.run_id}-gpu-"
     if settings.node.count >= 1:
         node_args = NodeArgs(
             settings=settings,
@@ -497,17 +526,17 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
             subnet=network.subnet.id,
             service_account=identity.account.email,
             nat_ip=network.address.address if network.address is not None else None,
+            cache_disk=cache.disk.id,
         )
         depends = [store.bundle, *identity.members] + ([store.manifest] if store.manifest else [])
         node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))
-        prefix: pulumi.Input[str]
         if settings.node.pool:
             pool = Pool(name, node_args, node_opts)
             node_ids, prefix = pool.node_ids, f"{settings.run_id}-gpu-"
         else:
             node = Node(name, node_args, node_opts)
             node_ids, prefix = node.node_ids, node.instance.name
-        EventCapture(name, EventCaptureArgs(settings, prefix), opts)
+    EventCapture(name, EventCaptureArgs(settings, prefix), opts)
     StopRules(name, StopRulesArgs(settings), opts)
     pool_size = settings.node.count if settings.node.pool else 0
     return StackOutputs(bucket_url=store.url, node_ids=node_ids, zone=settings.zone, pool_size=pool_size)

@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes import apps, batch, core, meta
 
 from components.base import BuildContext, StackOutputs, child, held
+from components.holds import exclusive
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import agent_config, k8s_agent_command, server_command, stop_timeout_s
 from spoteval.agent import exits
@@ -39,6 +40,10 @@ CONFIG_MAP_LIMIT: Final = 1_000_000
 #: failure (1, or 75 "store unreachable": an identity not yet usable at pod start) is retried and
 #: counted against backoffLimit.
 FAIL_JOB_EXIT_CODES: Final = sorted(exits.PERMANENT)
+#: `pulumi up` does not wait for a workload to become ready or complete: a run takes hours, the
+#: provider's await (a Job's completion, a Deployment's readiness) would fail the update after its
+#: 10-minute default. The run's progress is the run record's (`python -m scripts.report`).
+SKIP_AWAIT: Final = {"pulumi.com/skipAwait": "true"}
 
 # --- the stack config: rules for the common keys, the `k8s:` block -----------------------------
 
@@ -52,6 +57,7 @@ SETTINGS_KEYS: Final = frozenset(
         "storage_class",
         "service_account_annotations",
         "node_selector",
+        "shared_spool_class",
     }
 )
 #: the keys every stack has, on Kubernetes: the model server runs from `server.image`
@@ -69,6 +75,8 @@ class K8sSettings:
     storage_class: str | None
     service_account_annotations: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    #: a storage class offering ReadWriteMany: the agents of a pool share one spool claim of it
+    shared_spool_class: str | None = None
 
     @property
     def notice_s(self) -> int:
@@ -102,6 +110,7 @@ def parse_settings(block: SettingsReader) -> K8sSettings:
         storage_class=block.opt_string("storage_class"),
         service_account_annotations=block.string_map("service_account_annotations"),
         node_selector=selector,
+        shared_spool_class=block.opt_string("shared_spool_class"),
     )
 
 
@@ -235,17 +244,32 @@ class EvalWorkload(pulumi.ComponentResource):
             ),
             opts=held(self, depends_on=depends),
         )
+        # The spool claims do not depend on node.count (an access mode is replace-only, and a held
+        # claim is never replaced): one ReadWriteOnce claim always, and with k8s.shared_spool_class
+        # one ReadWriteMany claim that the agents of a pool, on different nodes, share.
         self.spool = core.v1.PersistentVolumeClaim(
             f"{name}-agent-spool",
             metadata=meta_("agent-spool", "agent"),
             spec=core.v1.PersistentVolumeClaimSpecArgs(
-                # pods of several indexes may run on different nodes at once
-                access_modes=["ReadWriteOnce" if s.node.count <= 1 else "ReadWriteMany"],
+                access_modes=["ReadWriteOnce"],
                 storage_class_name=kube.storage_class,
                 resources=core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{SPOOL_GB}Gi"}),
             ),
             opts=held(self, depends_on=depends),
         )
+        self.shared_spool: core.v1.PersistentVolumeClaim | None = None
+        if kube.shared_spool_class is not None:
+            self.shared_spool = core.v1.PersistentVolumeClaim(
+                f"{name}-agent-spool-shared",
+                metadata=meta_("agent-spool-shared", "agent"),
+                spec=core.v1.PersistentVolumeClaimSpecArgs(
+                    access_modes=["ReadWriteMany"],
+                    storage_class_name=kube.shared_spool_class,
+                    resources=core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{SPOOL_GB}Gi"}),
+                ),
+                opts=held(self, depends_on=depends),
+            )
+        spool = self.shared_spool or self.spool
         self.job: batch.v1.Job | None = None
         self.deployment: apps.v1.Deployment | None = None
         self.service: core.v1.Service | None = None
@@ -256,9 +280,10 @@ class EvalWorkload(pulumi.ComponentResource):
         server_labels = _labels(s, "model-server")
         server_place = _placement(s, flavour, gpu=True)
         assert s.server.image is not None
+        # Fixed names, and the pods hold ReadWriteOnce claims: workloads are replaced delete-first.
         self.deployment = apps.v1.Deployment(
             f"{name}-server",
-            metadata=meta_("server", "model-server"),
+            metadata=meta_("server", "model-server", SKIP_AWAIT),
             spec=apps.v1.DeploymentSpecArgs(
                 replicas=1,
                 # One pod at a time: the weights cache is ReadWriteOnce.
@@ -310,7 +335,7 @@ class EvalWorkload(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child(self, depends_on=depends),
+            opts=exclusive(self, depends_on=depends),
         )
         self.service = core.v1.Service(
             f"{name}-server",
@@ -326,7 +351,7 @@ class EvalWorkload(pulumi.ComponentResource):
         manifest_path = f"{CONFIG_DIR}/manifest.jsonl" if manifest is not None else None
         self.job = batch.v1.Job(
             f"{name}-episodes",
-            metadata=meta_("episodes", "agent"),
+            metadata=meta_("episodes", "agent", SKIP_AWAIT),
             spec=batch.v1.JobSpecArgs(
                 completion_mode="Indexed",
                 completions=s.node.count,
@@ -409,7 +434,7 @@ class EvalWorkload(pulumi.ComponentResource):
                             core.v1.VolumeArgs(
                                 name="spool",
                                 persistent_volume_claim=core.v1.PersistentVolumeClaimVolumeSourceArgs(
-                                    claim_name=self.spool.metadata.name
+                                    claim_name=spool.metadata.name
                                 ),
                             ),
                         ],
@@ -417,12 +442,18 @@ class EvalWorkload(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends, self.service]),
+            opts=exclusive(self, depends_on=[*depends, self.service]),
         )
         self.register_outputs({"job": self.job.metadata.name})
 
 
 def build(settings: Settings, context: BuildContext) -> StackOutputs:
+    if settings.node.pool and own(settings).shared_spool_class is None:
+        raise SettingsError(
+            "k8s.shared_spool_class",
+            "is required for a pool (node.count > 1): its agents run on different nodes and share "
+            "one ReadWriteMany spool claim; name a storage class that offers ReadWriteMany",
+        )
     opts = pulumi.ResourceOptions(providers=[provider(settings)])
     workload = EvalWorkload(settings.run_id, WorkloadArgs(settings, context), opts)
     node_ids: pulumi.Input[list[str]] = (

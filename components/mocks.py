@@ -48,6 +48,10 @@ class Declared:
     retain_on_delete: bool
     ignore_changes: tuple[str, ...]
     depends_on: tuple[str, ...]
+    delete_before_replace: bool = False
+    replace_on_changes: tuple[str, ...] = ()
+    #: URNs this resource had before (its `aliases` given as full URNs)
+    aliases: tuple[str, ...] = ()
 
     @property
     def token_module(self) -> str:
@@ -165,7 +169,8 @@ class Mocks(pulumi_mocks.Mocks):
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """The mock engine, also keeping what the SDK sends about each resource: parent, provider,
-    protect, retain-on-delete, ignore-changes, dependencies."""
+    protect, retain-on-delete, ignore-changes, dependencies, delete-before-replace,
+    replace-on-changes and aliases given as URNs."""
 
     def __init__(self, mocks: Mocks) -> None:
         super().__init__(mocks)
@@ -188,6 +193,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     retain_on_delete=bool(request.retainOnDelete),
                     ignore_changes=tuple(request.ignoreChanges),
                     depends_on=tuple(request.dependencies),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
+                    replace_on_changes=tuple(request.replaceOnChanges),
+                    aliases=tuple(a.urn for a in request.aliases if a.urn),
                 )
             )
         return response

@@ -32,6 +32,7 @@ import pulumi
 import pulumi_nebius as nebius
 
 from components.base import BuildContext, StackOutputs, child, held
+from components.holds import exclusive
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import SERVICE, render_startup_script
@@ -219,17 +220,21 @@ class NebiusNode(pulumi.ComponentResource):
         uploaded = upload(
             name, self.bucket.name, "evals", context.bundle_path, context.manifest_path, opts=objects
         )
+        # The weights cache is declared whatever node.count: stopping never plans its deletion.
+        cache = nebius.ComputeV1Disk(
+            f"{name}-cache",
+            parent_id=project,
+            name=f"spot-eval-{s.run_id}-cache",
+            type="NETWORK_SSD",
+            size_gibibytes=s.node.cache_disk_gb,
+            labels=labels,
+            opts=held(self),
+        )
         node_ids: pulumi.Input[list[str]] = []
         if s.node.count > 0:
-            cache = nebius.ComputeV1Disk(
-                f"{name}-cache",
-                parent_id=project,
-                name=f"spot-eval-{s.run_id}-cache",
-                type="NETWORK_SSD",
-                size_gibibytes=s.node.cache_disk_gb,
-                labels=labels,
-                opts=held(self),
-            )
+            # Fixed names, and the VM holds both disks: the boot disk and the VM are replaced
+            # delete-first; `preemptible` cannot be added or removed on a VM (the market), so a
+            # change of it replaces the VM.
             boot = nebius.ComputeV1Disk(
                 f"{name}-boot",
                 parent_id=project,
@@ -238,7 +243,7 @@ class NebiusNode(pulumi.ComponentResource):
                 size_gibibytes=s.node.root_disk_gb,
                 source_image_family=nebius.ComputeV1DiskSourceImageFamilyArgs(image_family=s.node.image),
                 labels=labels,
-                opts=child(self),
+                opts=exclusive(self),
             )
             platform, _, preset = s.node.instance_type.partition("/")
             script = key.status.apply(
@@ -283,7 +288,7 @@ class NebiusNode(pulumi.ComponentResource):
                 service_account_id=account.id,
                 cloud_init_user_data=script,
                 stopped=False,
-                opts=child(self, depends_on=[self.bucket, *uploaded]),
+                opts=exclusive(self, replace_on_changes=["preemptible"], depends_on=[self.bucket, *uploaded]),
             )
             node_ids = instance.id.apply(lambda i: [i])
         self.outputs = StackOutputs(bucket_url=store_url(s), node_ids=node_ids, zone="")

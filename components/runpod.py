@@ -33,6 +33,7 @@ import pulumi
 
 from components.base import BuildContext, StackOutputs, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.holds import exclusive
 from components.runpod_provider import InterruptiblePod, NetworkVolume
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
@@ -234,7 +235,8 @@ class RunpodNode(pulumi.ComponentResource):
                 network_volume_id=self.volume.id,
                 data_center=s.region,
                 volume_mount_path=WORKSPACE,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.volume, *uploaded]),
+                # its diff asks for delete-first too (runpod_provider.py); said here so a render shows it
+                opts=exclusive(self, depends_on=[self.volume, *uploaded]),
             )
             node_ids = self.pod.id.apply(lambda i: [i])
         self.outputs = StackOutputs(bucket_url=own(s).bucket_url, node_ids=node_ids, zone="")

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, runtime_checkable
 
 from components.registry import provider_module
+from components.workflows import node_refusal
 from spoteval.config_reader import Reader
 from spoteval.grant import Grant, GrantError
 from spoteval.providers import BY_KEY, KEYS
@@ -343,10 +344,9 @@ def _node(block: SettingsReader, provider: str, rules: CommonKeyRules, grant: Gr
     address = block.choice("address", ADDRESS_KINDS, "static" if static else "ephemeral")
     if static and address != "static" and count == 1:
         raise SettingsError("node.address", f"{static}; use static")
-    if count > 1 and address == "static" and block.has("address") and not static:
-        raise SettingsError(
-            "node.address", "a pool's nodes come and go; only single nodes get a static address"
-        )
+    refused = node_refusal(provider, count, address, block.has("address"))
+    if refused is not None:
+        raise SettingsError(*refused)
     ingress = tuple(cidr(c, "node.ingress_cidrs") for c in block.strings("ingress_cidrs"))
     pool_types = grant.instance_types or (instance_type,)
     if instance_type in pool_types:

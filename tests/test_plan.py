@@ -24,7 +24,9 @@ def test_plan_prints_the_tree_with_holds_key_properties_and_outputs(
     assert lines[0] == "stack aws-us-east-1: 42 resources declared"
     assert "  spot-eval:aws:Store  qwen7b-drill-aws" in lines
     assert "    aws:s3/bucket:Bucket  qwen7b-drill-aws-results  [protect, retain-on-delete]" in lines
-    assert "    aws:ebs/volume:Volume  qwen7b-drill-aws-weights-cache  [protect, retain-on-delete]" in lines
+    cache = lines.index("  spot-eval:aws:WeightsCache  qwen7b-drill-aws")
+    volume = "    aws:ebs/volume:Volume  qwen7b-drill-aws-weights-cache  [protect, retain-on-delete]"
+    assert lines[cache + 1] == volume
     market = next(line for line in lines if "instanceMarketOptions:" in line)
     assert '"spotInstanceType": "persistent"' in market and '"maxPrice": "0.9000"' in market
     assert "        scheduleExpression: at(2026-12-02T15:00:00)" in lines

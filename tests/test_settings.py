@@ -197,6 +197,14 @@ def test_address_kind_follows_the_shape_of_the_node() -> None:
     rejects("gcp-us-central1", "node.address", node__count=2, node__address="static")
 
 
+def test_a_static_address_the_provider_cannot_keep_is_refused_naming_the_key() -> None:
+    assert "tied to its host" in rejects("runpod-eu", "node.address", node__address="static")
+    assert parse_with("runpod-eu").address_kind == "ephemeral"
+    # a pool on Azure with the key given: refused like everywhere else (a single VM's IP is static)
+    assert "pool" in rejects("azure-eastus", "node.address", node__count=2, node__address="static")
+    assert parse_with("azure-eastus", node__count=0, node__address="static").address_kind == "static"
+
+
 def test_pool_instance_types_come_from_the_grant_ours_first() -> None:
     settings = parse_with("aws-us-east-1", node__instance_type="g5.xlarge", node__count=4)
     assert settings.node.pool

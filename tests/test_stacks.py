@@ -152,8 +152,13 @@ def test_what_holds_results_or_weights_is_protected_and_retained(path: Path) -> 
             "aws:s3/bucketOwnershipControls:BucketOwnershipControls",
             "aws:s3/bucketPolicy:BucketPolicy",
             "aws:ebs/volume:Volume",
+            "aws:cloudwatch/logGroup:LogGroup",  # the interruption events
         },
-        "gcp": {"gcp:storage/bucket:Bucket", "gcp:compute/disk:Disk"},
+        "gcp": {
+            "gcp:storage/bucket:Bucket",
+            "gcp:compute/disk:Disk",
+            "gcp:logging/projectBucketConfig:ProjectBucketConfig",  # the preemption events
+        },
         "azure": {
             "azure-native:resources:ResourceGroup",
             "azure-native:storage:StorageAccount",
@@ -311,7 +316,9 @@ def test_aws_on_demand_is_the_same_node_without_market_options() -> None:
 def test_aws_pool_is_a_price_capacity_optimized_spot_group() -> None:
     r = variant_cached("aws", "node__count", 3)
     assert not r.of_type("aws:ec2/instance:Instance")
-    assert not r.of_type("aws:ebs/volume:Volume")
+    # the weights-cache volume stays, unattached: pool nodes cache on their root volume
+    assert r.one("aws:ebs/volume:Volume").protect
+    assert not r.of_type("aws:ec2/volumeAttachment:VolumeAttachment")
     group = r.one("aws:autoscaling/group:Group").inputs
     assert group["capacityRebalance"] is True
     assert group["desiredCapacity"] == group["minSize"] == group["maxSize"] == 3
@@ -633,11 +640,29 @@ def test_kubernetes_flavours_fit_grace_to_their_notice() -> None:
     assert pod["terminationGracePeriodSeconds"] == 115
 
 
-def test_kubernetes_parallel_agents_share_one_server() -> None:
-    r = variant_cached("k8s", "node__count", 4)
+def test_kubernetes_parallel_agents_share_one_server_and_one_shared_spool() -> None:
+    r = variant("k8s", node__count=4, k8s__shared_spool_class="standard-rwx")
     spec = r.one("kubernetes:batch/v1:Job").inputs["spec"]
     assert spec["parallelism"] == spec["completions"] == 4
     assert r.one("kubernetes:apps/v1:Deployment").inputs["spec"]["replicas"] == 1
+    claims = {
+        c.name.removeprefix("qwen7b-drill-gke-"): c
+        for c in r.of_type("kubernetes:core/v1:PersistentVolumeClaim")
+    }
+    assert sorted(claims) == ["agent-spool", "agent-spool-shared", "weights-cache"]
+    shared = claims["agent-spool-shared"]
+    assert shared.protect and shared.inputs["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert shared.inputs["spec"]["storageClassName"] == "standard-rwx"
+    # the single node's claim is the same as with one node (an access mode is replace-only)
+    assert claims["agent-spool"].inputs["spec"]["accessModes"] == ["ReadWriteOnce"]
+    [volume] = [v for v in spec["template"]["spec"]["volumes"] if v["name"] == "spool"]
+    assert volume["persistentVolumeClaim"]["claimName"] == shared.inputs["metadata"]["name"]
+
+
+def test_kubernetes_pool_without_a_shared_spool_class_is_refused_naming_the_key() -> None:
+    with pytest.raises(RenderError) as info:
+        variant("k8s", node__count=2)
+    assert str(info.value).startswith("stack config spot-eval:k8s.shared_spool_class: is required for a pool")
 
 
 # --- no compute, bad config ---------------------------------------------------------------------------
