@@ -21,7 +21,7 @@ def test_plan_prints_the_tree_with_holds_key_properties_and_outputs(
     assert main(["--stack", "aws-us-east-1", "--now", "2026-12-01T09:00:00Z"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == "stack aws-us-east-1: 42 resources declared"
+    assert lines[0] == "stack aws-us-east-1: 43 resources declared"
     assert "  spot-eval:aws:Store  qwen7b-drill-aws" in lines
     assert "    aws:s3/bucket:Bucket  qwen7b-drill-aws-results  [protect, retain-on-delete]" in lines
     cache = lines.index("  spot-eval:aws:WeightsCache  qwen7b-drill-aws")
