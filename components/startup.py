@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
@@ -429,14 +429,18 @@ def render_shutdown_script(settings: Settings) -> str:
     )
 
 
-def k8s_agent_command(config_path: str, bundle_path: str, manifest_path: str | None) -> list[str]:
-    """The Job container's command: the pod's name as node id, register the manifest, exec the agent."""
+def k8s_agent_command(
+    config_path: str, bundle_path: str, manifest_path: str | None, install: Sequence[str] = ()
+) -> list[str]:
+    """The Job container's command: `install` (the harness), the pod's name as node id, register the
+    manifest, exec the agent."""
     config = '"${TMPDIR:-/tmp}/agent.json"'
     script = [
         "set -eu",
         "python3 -c 'import obstore' 2>/dev/null"
         f" || pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
         f'sed "s/{NODE_ID_PLACEHOLDER}/$POD_NAME/" {shlex.quote(config_path)} > {config}',
+        *install,
         f"export PYTHONPATH={shlex.quote(bundle_path)}",
     ]
     if manifest_path:
