@@ -12,10 +12,11 @@ import pytest
 
 from components.eval_settings import HarnessEval, check_task, shard_plan, statement, task_samples
 from components.mocks import Rendered, RenderError, read_stack_config, render_config
-from components.settings import SettingsError
+from components.runpod import start_script
+from components.settings import SettingsError, parse
 from components.startup import VM_PYTHON
-from tests.test_settings import rejects
-from tests.test_stacks import NOW, STACKS, agent_template, user_data
+from tests.test_settings import raw_of, rejects
+from tests.test_stacks import NOW, STACKS, agent_template, pod_spec, user_data
 
 STACK = "aws-us-east-1"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"  # the stack's server.model
@@ -38,9 +39,9 @@ RUNNER = ["-m", "spoteval.harness", "run"]
 PLACEHOLDERS = ["--model-url", "{model_url}", "--output", "{output}", "--episode", "{episode_id}"]
 
 
-def harness_config(**eval_block: Any) -> dict[str, Any]:
-    """The AWS stack with its eval block's command and manifest replaced by `eval_block`, no workload."""
-    config = copy.deepcopy(read_stack_config(STACKS[STACK]))
+def harness_config(stack: str = STACK, **eval_block: Any) -> dict[str, Any]:
+    """A stack with its eval block's command and manifest replaced by `eval_block`, no workload."""
+    config = copy.deepcopy(read_stack_config(STACKS[stack]))
     config.pop("spot-eval:workload")
     block = config["spot-eval:eval"]
     block.pop("command")
@@ -108,6 +109,31 @@ def test_an_lm_eval_eval_block_chooses_the_shard_size_from_the_measured_timings(
         {"id": "spoteval_tiny-0002", **shard, "samples": [5, 6, 7, 8, 9]},
     ]
     assert "'lm-eval[api]>=0.4.13'" in user_data(r)
+
+
+def test_pods_install_the_harness_into_their_python_before_the_agent_starts() -> None:
+    block = {"harness": "lm-eval", "task": "spoteval_tiny", "options": LM_EVAL_OPTIONS, "samples": 10}
+    install = (
+        "python3 -c 'import lm_eval' 2>/dev/null"
+        " || python3 -m pip install -q --disable-pip-version-check 'lm-eval[api]>=0.4.13'"
+    )
+    r = render_config("k8s-gke", harness_config("k8s-gke", **block), now=NOW)
+    data = r.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    command = json.loads(data["agent.json"])["episodes"]["command"]
+    assert command[:7] == ["python3", *RUNNER, "--harness", "lm-eval", "--task"]
+    assert [json.loads(line)["samples"] for line in data["manifest.jsonl"].splitlines()] == [
+        list(range(10))[n : n + 1] for n in range(10)
+    ]  # 32 episodes in flight: one sample each
+    script = pod_spec(r.one("kubernetes:batch/v1:Job"))["containers"][0]["command"][2].splitlines()
+    assert script.index(install) == script.index("export PYTHONPATH=/etc/spot-eval/agent-bundle.zip") - 1
+
+    raw = {k: v for k, v in raw_of("runpod-eu").items() if k != "workload"}
+    raw["eval"] = {k: v for k, v in raw["eval"].items() if k not in ("command", "manifest")} | block
+    lines = start_script(parse(raw, "runpod-eu")).splitlines()
+    assert lines.count(install) == 1
+    assert lines.index(install) < lines.index(
+        "python3 -m spoteval.agent manifest --config /tmp/spot-eval-agent.json /tmp/spot-eval-manifest.jsonl"
+    )
 
 
 def test_the_shard_plan_is_stated_with_where_the_size_came_from() -> None:
