@@ -8,6 +8,8 @@
   is gone, whatever the agent was doing); it then records a `preempted` event, as the provider's
   server-side event capture does, and holds the capacity back for a delay (exponential, default mean
   5 s): a start before then fails with "no capacity", as a provider's does;
+- with `preempt_after_samples` (harness drills) the node's first life ends instead once that many
+  harness samples are in the store: the notice then, the kill `notice_s` later;
 - the operator (spoteval.operate, the same code that runs against a cloud) checks the node every half
   second: it waits for capacity with backoff, reads the price, checks the grant (spot never above the
   on-demand price), starts the node again and records the start (`restart_after_preemption`).
