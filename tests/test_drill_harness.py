@@ -7,8 +7,8 @@ GATE completions and holds the rest, so the shard stops with exactly GATE sample
 the drill takes the node then (`--preempt-after-samples GATE`: a notice, then the kill). The node's
 next life answers everything. One shard of ten samples (`--concurrency 1`) is the smallest run that
 has samples before and after the preemption within one shard.
-Measured here on 2 cores at a load average of 12-16 (2026-12-01): inspect 87 s, lm-eval 106 s
-(each harness's start-up twice: once per node life).
+Measured here on 2 cores (2026-12-01; each harness starts twice, once per node life): inspect 60 s
+and lm-eval 82 s at a load average of 8-10, 87 s and 106 s at 12-16.
 """
 
 from __future__ import annotations
