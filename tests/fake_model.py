@@ -15,7 +15,6 @@ As a command (a drill's `--server-command`, which restarts it with every node st
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import threading
@@ -23,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from spoteval import standin
+from spoteval.cli import OneLineParser
 
 
 class FaultyServer(standin.StandinServer):
@@ -74,7 +74,7 @@ def running(gate: int | None = None, fail: bool = False) -> Iterator[FaultyServe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fake_model")
+    parser = OneLineParser(prog="python -m tests.fake_model")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--gate", type=int, help="answer N completions, then hold the rest")
     parser.add_argument("--once", help="close the gate only if this marker file does not exist yet")
