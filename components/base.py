@@ -95,6 +95,8 @@ def manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path |
     from spoteval.manifest import parse_manifest
     from spoteval.record import RecordError
 
+    if settings.eval.harness is not None:
+        return harness_manifest_path(settings, project_dir)
     if settings.eval.manifest is None:
         return None
     path = project_dir / settings.eval.manifest
@@ -113,6 +115,23 @@ def manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path |
             f"of {settings.eval.manifest}",
         )
     return path
+
+
+def harness_manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path:
+    """The shard manifest of the stack's harness (components/eval_settings.py), its plan stated."""
+    from components.eval_settings import check_task, shard_plan, statement, write_manifest
+
+    harness = settings.eval.harness
+    assert harness is not None
+    checked = check_task(harness, project_dir, SettingsError)
+    shards = shard_plan(harness, settings.server.model, settings.eval.concurrency, SettingsError)
+    if settings.workload is not None and len(shards.entries) != settings.workload.episodes:
+        raise SettingsError(
+            "workload.episodes",
+            f"{settings.workload.episodes} differs from the {len(shards.entries)} shards of eval.harness",
+        )
+    pulumi.log.info(statement(harness, shards, checked))
+    return write_manifest(shards)
 
 
 def build_context(settings: Settings, project_dir: Path = PROJECT_DIR) -> BuildContext:

@@ -23,7 +23,14 @@ from pulumi_kubernetes import apps, batch, core, meta
 from components.base import BuildContext, StackOutputs, child, held
 from components.holds import exclusive
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
-from components.startup import agent_config, k8s_agent_command, server_command, stop_timeout_s
+from components.startup import (
+    CONTAINER_PYTHON,
+    agent_config,
+    harness_install,
+    k8s_agent_command,
+    server_command,
+    stop_timeout_s,
+)
 from spoteval.agent import exits
 from spoteval.providers import K8S_FLAVOURS, K8sFlavour
 
@@ -390,6 +397,7 @@ class EvalWorkload(pulumi.ComponentResource):
                                     f"{CONFIG_DIR}/agent.json",
                                     f"{CONFIG_DIR}/agent-bundle.zip",
                                     manifest_path,
+                                    harness_install(s, CONTAINER_PYTHON),
                                 ),
                                 env=[
                                     core.v1.EnvVarArgs(

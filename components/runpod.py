@@ -38,8 +38,11 @@ from components.runpod_provider import InterruptiblePod, NetworkVolume
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import (
+    CONTAINER_PYTHON,
     NODE_ID_PLACEHOLDER,
     OBSTORE_REQUIREMENT,
+    harness_install,
+    has_manifest,
     object_url,
     server_command,
     stack_config_args,
@@ -139,8 +142,9 @@ def start_script(settings: Settings) -> str:
         f"python3 -c {shlex.quote(fetch)} {shlex.quote(object_url(store, OBJECT_KEY))} {BUNDLE_FILE}",
         f'echo {shlex.quote(config)} | sed "s/{NODE_ID_PLACEHOLDER}/$RUNPOD_POD_ID/" > {CONFIG_FILE}',
         f"export PYTHONPATH={BUNDLE_FILE}",
+        *harness_install(settings, CONTAINER_PYTHON),
     ]
-    if settings.eval.manifest:
+    if has_manifest(settings):
         manifest = "/tmp/spot-eval-manifest.jsonl"
         lines += [
             f"python3 -c {shlex.quote(fetch)} {shlex.quote(object_url(store, MANIFEST_KEY))} {manifest}",

@@ -15,7 +15,7 @@ Keys (see Pulumi.yaml and stacks/*.yaml):
     node       {instance_type, gpu_type, gpu_count, market, count, image, root_disk_gb, cache_disk_gb,
                 max_price, address, ingress_cidrs}
     server     {command, model, port, health_path, ready_timeout_s, image (k8s)}
-    eval       {command, manifest, concurrency, max_attempts, timeout_s, heartbeat_s}
+    eval       {command | harness and its keys (components/eval_settings.py), manifest, concurrency, ...}
     grant      see spoteval/grant.py
     stop       {max_runtime_hours, idle_minutes, on_done, notify_emails}
     workload   the placement's workload block (spoteval/placement)
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, runtime_checkable
 
+from components.eval_settings import HARNESS_KEYS, HarnessEval, parse_harness
 from components.registry import provider_module
 from components.workflows import node_refusal
 from spoteval.config_reader import Reader
@@ -86,7 +87,7 @@ NODE_KEYS: Final = frozenset(
 )
 SERVER_KEYS: Final = frozenset({"command", "model", "port", "health_path", "ready_timeout_s", "image"})
 EVAL_KEYS: Final = frozenset(
-    {"command", "manifest", "concurrency", "max_attempts", "timeout_s", "heartbeat_s"}
+    {"command", "manifest", "concurrency", "max_attempts", "timeout_s", "heartbeat_s", *HARNESS_KEYS}
 )
 STOP_KEYS: Final = frozenset({"max_runtime_hours", "idle_minutes", "on_done", "notify_emails"})
 
@@ -205,12 +206,13 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    command: tuple[str, ...]  # the agent fills `{episode_id}`, `{model_url}`, `{output}`
+    command: tuple[str, ...]  # the agent fills `{episode_id}`, `{model_url}`, `{output}`; () with harness
     manifest: str | None  # project-relative path of the manifest JSONL the node registers for the run
     concurrency: int
     max_attempts: int
     timeout_s: int
     heartbeat_s: int
+    harness: HarnessEval | None = None  # components/eval_settings.py, instead of `command`
 
 
 @dataclass(frozen=True)
@@ -390,16 +392,18 @@ def _server(block: SettingsReader, provider: str, rules: CommonKeyRules) -> Serv
 
 
 def _eval(block: SettingsReader) -> EvalSettings:
+    harness = parse_harness(block)
     manifest = block.opt_string("manifest")
     if manifest is not None and (Path(manifest).is_absolute() or ".." in Path(manifest).parts):
         raise SettingsError("eval.manifest", f"must be a path inside the project, got {manifest!r}")
     return EvalSettings(
-        command=block.argv("command"),
+        command=() if harness else block.argv("command"),
         manifest=manifest,
         concurrency=block.integer("concurrency", 8),
         max_attempts=block.integer("max_attempts", 3),
         timeout_s=block.integer("timeout_s", 3600),
         heartbeat_s=block.integer("heartbeat_s", 30),
+        harness=harness,
     )
 
 

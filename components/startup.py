@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
+from components.eval_settings import NODE_PACKAGES, stages_manifest
 from components.settings import Settings
 from spoteval.agent.config import build_agent_config
+from spoteval.harness.shards import episode_command
 from spoteval.providers import AWS, AZURE, BY_KEY, GCP, NEBIUS, STOP_MARGIN_S, VM_KEYS
 
 SERVICE: Final = "spot-eval-agent.service"
@@ -41,6 +43,9 @@ CONFIG_FILE: Final = "/etc/spot-eval/agent.json"
 TEMPLATE_FILE: Final = "/etc/spot-eval/agent.template.json"
 BUNDLE_FILE: Final = "/opt/spot-eval/agent-bundle.zip"
 VENV: Final = "/opt/spot-eval/venv"
+#: the interpreter of a VM's agent (the venv with obstore and the harness) and of a container's
+VM_PYTHON: Final = f"{VENV}/bin/python"
+CONTAINER_PYTHON: Final = "python3"
 #: stands for the node's id in the config template until the node knows it
 NODE_ID_PLACEHOLDER: Final = "@NODE_ID@"
 #: AWS refuses user data above 16 KB (before base64)
@@ -65,8 +70,22 @@ def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
     return out
 
 
-def stack_config_args(settings: Settings) -> dict[str, Any]:
-    """What every node's agent config takes from the stack's settings (build_agent_config's keywords)."""
+def episodes_command(settings: Settings, python: str = CONTAINER_PYTHON) -> tuple[str, ...]:
+    """`eval.command`, or the harness's shard runner (the drill's: spoteval.harness.shards) with the
+    server block's model; the runner calls the harness with `{model_url}/v1` as its OpenAI base URL."""
+    harness = settings.eval.harness
+    if harness is None:
+        return settings.eval.command
+    return tuple(episode_command(harness.block(settings.server.model), python))
+
+
+def has_manifest(settings: Settings) -> bool:
+    return stages_manifest(settings.eval.harness, settings.eval.manifest)
+
+
+def stack_config_args(settings: Settings, python: str = CONTAINER_PYTHON) -> dict[str, Any]:
+    """What every node's agent config takes from the stack's settings (build_agent_config's keywords);
+    `python` runs a harness's shards."""
     return {
         "run_id": settings.run_id,
         "provider": settings.provider,
@@ -75,7 +94,7 @@ def stack_config_args(settings: Settings) -> dict[str, Any]:
         "market": settings.node.market,
         "health_path": settings.server.health_path,
         "ready_timeout_s": settings.server.ready_timeout_s,
-        "episodes_command": settings.eval.command,
+        "episodes_command": episodes_command(settings, python),
         "concurrency": settings.eval.concurrency,
         "max_attempts": settings.eval.max_attempts,
         "timeout_s": settings.eval.timeout_s,
@@ -106,7 +125,7 @@ def agent_config(
     # The node reads its own price where the provider has an API for it (the configured one otherwise).
     node_reads_price = facts.price is not None and bool(facts.price.node_markets)
     return build_agent_config(
-        **stack_config_args(settings),
+        **stack_config_args(settings, VM_PYTHON if settings.provider in VM_KEYS else CONTAINER_PYTHON),
         store=store_url,
         node_id=node_id,
         zone=settings.zone,
@@ -274,6 +293,7 @@ def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> st
         f"{VENV}/bin/python -c 'import obstore' 2>/dev/null"
         f" || {VENV}/bin/pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
         f'{VENV}/bin/python /opt/spot-eval/node.py fetch "$SPOT_EVAL_BUNDLE_URL" {BUNDLE_FILE}',
+        *harness_install(settings),
         f"python3 /opt/spot-eval/node.py config {TEMPLATE_FILE} {CONFIG_FILE}",
     ]
     if manifest:
@@ -284,6 +304,17 @@ def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> st
             f" {manifest_file}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def harness_install(settings: Settings, python: str = VM_PYTHON) -> list[str]:
+    """The harness, installed (once per node) for the interpreter that runs its shards."""
+    if settings.eval.harness is None:
+        return []
+    module, requirement = NODE_PACKAGES[settings.eval.harness.name]
+    return [
+        f"{python} -c 'import {module}' 2>/dev/null"
+        f" || {python} -m pip install -q --disable-pip-version-check '{requirement}'"
+    ]
 
 
 def _unit(settings: Settings) -> str:
@@ -339,7 +370,7 @@ def environment(
         "HF_HOME": f"{CACHE_DIR}/huggingface",
         "SPOT_EVAL_CACHE_DIR": CACHE_DIR,
     }
-    if settings.eval.manifest:
+    if has_manifest(settings):
         env["SPOT_EVAL_MANIFEST_URL"] = object_url(store_url, MANIFEST_KEY)
     if settings.provider == "aws":
         env["AWS_REGION"] = settings.region
@@ -374,9 +405,7 @@ def render_startup_script(
         _heredoc(TEMPLATE_FILE, json.dumps(config, indent=1, sort_keys=True)),
         _heredoc("/etc/spot-eval/env", "".join(f"{k}={v}\n" for k, v in sorted(env.items()))),
         _heredoc("/opt/spot-eval/node.py", _node_py(settings.provider)),
-        _heredoc(
-            "/opt/spot-eval/prepare", _prepare(settings, cache_device, bool(settings.eval.manifest)), "0755"
-        ),
+        _heredoc("/opt/spot-eval/prepare", _prepare(settings, cache_device, has_manifest(settings)), "0755"),
         _heredoc(f"/etc/systemd/system/{SERVICE}", _unit(settings)),
         "systemctl daemon-reload\n",
         f"systemctl enable {SERVICE}\n",
@@ -400,14 +429,18 @@ def render_shutdown_script(settings: Settings) -> str:
     )
 
 
-def k8s_agent_command(config_path: str, bundle_path: str, manifest_path: str | None) -> list[str]:
-    """The Job container's command: the pod's name as node id, register the manifest, exec the agent."""
+def k8s_agent_command(
+    config_path: str, bundle_path: str, manifest_path: str | None, install: Sequence[str] = ()
+) -> list[str]:
+    """The Job container's command: `install` (the harness), the pod's name as node id, register the
+    manifest, exec the agent."""
     config = '"${TMPDIR:-/tmp}/agent.json"'
     script = [
         "set -eu",
         "python3 -c 'import obstore' 2>/dev/null"
         f" || pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
         f'sed "s/{NODE_ID_PLACEHOLDER}/$POD_NAME/" {shlex.quote(config_path)} > {config}',
+        *install,
         f"export PYTHONPATH={shlex.quote(bundle_path)}",
     ]
     if manifest_path:

@@ -3,7 +3,8 @@
     python -m scripts.drill [--store file|s3|URL] [--eval-command CMD] [--server-command CMD]
                             [--episodes N] [--concurrency C] [--lifetime-s S] [--notice-s S]
                             [--capacity-delay-s S] [--seed N] [--out DIR] [--timeout-s S]
-                            [--manifest FILE.jsonl] [--shared] [--json]
+                            [--manifest FILE.jsonl] [--harness inspect|lm-eval]
+                            [--preempt-after-samples N] [--shared] [--json]
 
 No cloud account: the store is a local folder (`file`, the default) or S3 on a moto server the drill
 starts on loopback (`s3`, needs `moto[server]`), or any store URL with its credentials in the
@@ -11,6 +12,8 @@ environment. The node runs the real agent (provider `local`) with the stand-in m
 built-in sample episode (0.5-3 s each, 3 % failing as model failures), unless `--server-command`
 (with a `{port}` placeholder) and `--eval-command` (with the agent's `{episode_id}`, `{model_url}`,
 `{output}` placeholders) say otherwise: rehearse your own harness's resume path this way.
+`--harness inspect|lm-eval` runs that harness's shipped task in shards; `--preempt-after-samples N`
+then takes the node's first life once N samples are in the store.
 
 The controller takes the node away after exponential lifetimes (mean `--lifetime-s`, default 45 s):
 SIGTERM to the agent `--notice-s` before the end, SIGKILL of everything on the node at the end, a
@@ -55,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--server-command", help="model server command with {port}")
     p.add_argument(
         "--harness", choices=("inspect", "lm-eval"), help="run the harness's shipped task in shards"
+    )
+    p.add_argument(
+        "--preempt-after-samples",
+        type=int,
+        metavar="N",
+        help="with --harness: take the first node once N samples are in the store",
     )
     p.add_argument("--manifest", help="manifest.jsonl of your episodes (default: --episodes sample episodes)")
     p.add_argument("--episodes", type=int, default=d.episodes, help="sample episodes (default %(default)s)")
@@ -115,6 +124,7 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         timeout_s=args.timeout_s,
         manifest=Path(args.manifest) if args.manifest else None,
         harness=args.harness,
+        preempt_after_samples=args.preempt_after_samples,
     )
 
 

@@ -4,20 +4,30 @@
   wait until `release()` (or the server's shutdown, then 503). A shard running against it
   finishes exactly N samples and then stalls in the middle, where a test can kill it.
 - `fail=True`: every completion request gets HTTP 500 (a model server that is up but failing).
+
+As a command (a drill's `--server-command`, which restarts it with every node start):
+
+    python -m tests.fake_model --port PORT [--gate N --once MARKER]
+
+`--once MARKER`: the gate closes only in the first server started with this marker file absent
+(the server creates it), so a node started again after a preemption finishes the shard.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from spoteval import standin
+from spoteval.cli import OneLineParser
 
 
 class FaultyServer(standin.StandinServer):
-    def __init__(self, gate: int | None = None, fail: bool = False) -> None:
-        super().__init__(("127.0.0.1", 0), standin.DEFAULT_MODEL, 0.0)
+    def __init__(self, gate: int | None = None, fail: bool = False, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), standin.DEFAULT_MODEL, 0.0)
         self.RequestHandlerClass = _Handler
         self.gate = gate
         self.fail = fail
@@ -61,3 +71,34 @@ def running(gate: int | None = None, fail: bool = False) -> Iterator[FaultyServe
         server.release()
         server.shutdown()
         server.server_close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m tests.fake_model")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--gate", type=int, help="answer N completions, then hold the rest")
+    parser.add_argument("--once", help="close the gate only if this marker file does not exist yet")
+    args = parser.parse_args(argv)
+    gate = args.gate
+    if gate is not None and args.once is not None:
+        try:
+            os.close(os.open(args.once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            gate = None  # a later start: answer everything
+    server = FaultyServer(gate=gate, port=args.port)
+
+    def stop(signum: int, frame: object) -> None:
+        server.release()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    print(f"fake model serving on {server.base_url} (gate {gate})", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.05)
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

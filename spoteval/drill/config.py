@@ -67,6 +67,9 @@ class DrillConfig:
     manifest: Path | None = None
     run_id: str | None = None
     harness: str | None = None  # "inspect" or "lm-eval": the harness's shipped task, in shards
+    #: harness drills: the node's first life ends (notice, then kill) once this many samples are in
+    #: the store, whatever its drawn lifetime; later lives are drawn as usual
+    preempt_after_samples: int | None = None
 
     def check(self) -> None:
         for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
@@ -91,6 +94,11 @@ class DrillConfig:
                 raise DrillError(f"--harness {self.harness!r} is not one of {known}")
             if self.eval_command is not None or self.manifest is not None:
                 raise DrillError("--harness runs its shipped task: give no --eval-command or --manifest")
+        if self.preempt_after_samples is not None:
+            if self.harness is None:
+                raise DrillError("--preempt-after-samples counts harness samples: give --harness")
+            if self.preempt_after_samples < 1:
+                raise DrillError(f"--preempt-after-samples must be >= 1, got {self.preempt_after_samples}")
         if self.eval_command is not None:
             joined = " ".join(self.eval_command)
             for placeholder in ("{episode_id}", "{output}"):

@@ -8,6 +8,8 @@
   is gone, whatever the agent was doing); it then records a `preempted` event, as the provider's
   server-side event capture does, and holds the capacity back for a delay (exponential, default mean
   5 s): a start before then fails with "no capacity", as a provider's does;
+- with `preempt_after_samples` (harness drills) the node's first life ends instead once that many
+  harness samples are in the store: the notice then, the kill `notice_s` later;
 - the operator (spoteval.operate, the same code that runs against a cloud) checks the node every half
   second: it waits for capacity with backoff, reads the price, checks the grant (spot never above the
   on-demand price), starts the node again and records the start (`restart_after_preemption`).
@@ -336,6 +338,8 @@ class Drill:
                     f"node start {chaos.start}: the agent exited with {code} before the run was done"
                 )
                 self._log(f"{self.notes[-1]}: {tail}")
+            if chaos.by_samples and not chaos.over:
+                self._preempt_by_samples(life, chaos, now)
             if not chaos.over:
                 kill = self._chaos(life, chaos, plane, now=now, all_done=all_done)
                 if kill is not None:
@@ -363,6 +367,10 @@ class Drill:
         lifetime = self.lifetimes.expovariate(1.0 / self.cfg.lifetime_s)
         t_launch = plane.launched_mono if plane.launched_mono is not None else time.monotonic()
         notice_s = self.cfg.notice_s
+        if self.cfg.preempt_after_samples is not None and plane.starts == 1:
+            n = self.cfg.preempt_after_samples
+            self._log(f"node start 1 (it will be taken once {n} harness samples are in the store)")
+            return _Chaos(start=1, launched=plane.launched or utc_now(), over=False, by_samples=True)
         self._log(f"node start {plane.starts} (its lifetime will be {lifetime:.1f} s)")
         return _Chaos(
             start=plane.starts,
@@ -372,6 +380,21 @@ class Drill:
             t_kill=t_launch + lifetime,
             over=False,
         )
+
+    def _preempt_by_samples(self, life: _Life, chaos: _Chaos, now: float) -> None:
+        """`preempt_after_samples`: once that many samples are in the store, the notice is now."""
+        try:
+            keys = life.store.list(f"{life.layout.prefix}harness/")
+        except StoreError:
+            return
+        samples = sum(1 for key in keys if "/samples/" in key)
+        if samples < (self.cfg.preempt_after_samples or 0):
+            return
+        chaos.by_samples = False
+        chaos.t_notice = now if self.cfg.notice_s > 0 else math.inf
+        chaos.t_kill = now + self.cfg.notice_s
+        chaos.lifetime = (utc_now() - chaos.launched).total_seconds() + self.cfg.notice_s
+        self._log(f"{samples} harness samples in the store: the node is taken")
 
     def _chaos(
         self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool
@@ -445,6 +468,7 @@ class _Chaos:
     notice_at: datetime | None = None
     in_flight: set[str] = field(default_factory=set)
     over: bool = True  # taken, or ended by itself
+    by_samples: bool = False  # taken once `preempt_after_samples` samples are in the store
 
 
 @dataclass(frozen=True)
