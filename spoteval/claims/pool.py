@@ -92,7 +92,8 @@ class Pool:
         self.problems: list[str] = []
         self.registry_hint = 0
         self.view: StartView | None = None
-        self.last_refresh = -math.inf
+        self.last_refresh = -math.inf  # our clock when the logs others owe were last read
+        self.last_steal = -math.inf
         self.counts = {"claimed": 0, "started": 0, "stolen": 0, "taken_over": 0, "expired": 0, "conflicts": 0}
 
     # --- joining -----------------------------------------------------------------------------
@@ -206,6 +207,19 @@ class Pool:
             if self.enabled:
                 self._mark_done()
                 self._watch(now)
+                if self.frontier >= self.plan.chunks and now - self.last_refresh >= self.plan.renew_s / 2:
+                    self._refresh()
+
+    def _refresh(self) -> None:
+        """At the end: read what is new in the logs of chunks others still owe (steals, dones)."""
+        self.last_refresh = self.clock()
+        for c in sorted(self.logs):
+            chunk = self.logs[c]
+            if any(
+                o is not None and o != self.holder and self._index(chunk, i) not in self.done
+                for i, o in enumerate(chunk.owner)
+            ):
+                self._read_log(c)
 
     def release(self, state: Mapping[str, Any] | None = None) -> None:
         """End our lease ourselves: whatever we still own can be taken over at once."""
@@ -446,9 +460,9 @@ class Pool:
 
     def _steal(self) -> bool:
         now = self.clock()
-        if now - self.last_refresh < self.plan.renew_s / 2:
+        if now - self.last_steal < self.plan.renew_s / 2:
             return False
-        self.last_refresh = now
+        self.last_steal = now
         best: tuple[int, int, str] | None = None
         for c in sorted(self.logs):
             chunk = self.logs[c]
@@ -473,7 +487,7 @@ class Pool:
             self.ready.extend(self._index(chunk, o) for o in tail)
             self.log(f"stole {len(tail)} episode(s) of chunk {c} from {owner}")
             return True
-        self.last_refresh = -math.inf  # lost the race: read again at once
+        self.last_steal = -math.inf  # lost the race: read again at once
         return True
 
     # --- the end -----------------------------------------------------------------------------
