@@ -84,6 +84,7 @@ class Pool:
         self.renewed = -math.inf  # our clock when our latest successful renewal began
         self.enabled = True  # False: the plan is unusable; every node runs every episode (today's way)
         self.done: set[int] = set()
+        self.done_order: list[int] = []  # every index of `done`, in the order it became known
         self.ready: deque[int] = deque()
         self.logs: dict[int, ChunkLog] = {}
         self.frontier = 0  # chunks < frontier are claimed, and their entry 0 is in `logs` or complete
@@ -92,6 +93,9 @@ class Pool:
         self.problems: list[str] = []
         self.registry_hint = 0
         self.view: StartView | None = None
+        self.base_totals: dict[str, float] = {}  # ended holders, from the summary read at join
+        self.billing: dict[str, dict[str, float]] = {}  # other holders since our join: latest totals
+        self.registry_next = 0
         self.last_refresh = -math.inf  # our clock when the logs others owe were last read
         self.last_steal = -math.inf
         self.counts = {"claimed": 0, "started": 0, "stolen": 0, "taken_over": 0, "expired": 0, "conflicts": 0}
@@ -101,12 +105,15 @@ class Pool:
     def join(self, results: Iterable[str], state: Mapping[str, Any] | None = None) -> StartView:
         """Read what a start needs, register, write lease 0, and end this node's older holders."""
         with self.lock:
-            self.done = {self.index[e] for e in results if e in self.index}
+            self._add_done(self.index[e] for e in results if e in self.index)
             self._read_plan()
             view = read_start(self.store, self.layout)
             self.problems.extend(view.problems)
             self.view = view
-            self.registry_hint = view.summary.holders
+            self.registry_hint = self.registry_next = view.summary.holders
+            self.base_totals = dict(view.summary.totals)
+            for holder, lease in view.leases.items():
+                self._bill(holder, lease)
             self._register()
             self._renew(dict(state or {}))
             if not self.enabled:
@@ -193,6 +200,53 @@ class Pool:
         self._register()
         self._renew({})
 
+    def _bill(self, holder: str, lease: Lease) -> None:
+        totals = lease.state.get("totals")
+        if isinstance(totals, dict) and not holder.startswith(self._mine):
+            self.billing[holder] = {
+                str(k): float(v)
+                for k, v in totals.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+
+    @property
+    def _mine(self) -> str:
+        return holder_id(self.node, self.incarnation)
+
+    def others_totals(self) -> tuple[float, float]:
+        """(billed seconds, cost) of every other holder of the run, as far as we know now."""
+        with self.lock:
+            seconds = self.base_totals.get("billed_s", 0.0)
+            cost = self.base_totals.get("cost", 0.0)
+            for totals in self.billing.values():
+                seconds += totals.get("billed_s", 0.0)
+                cost += totals.get("cost", 0.0)
+            return seconds, cost
+
+    def _tail_registry(self) -> None:
+        """Holders that joined since we last looked: watch them and count their bill."""
+        while True:
+            data = self.store.get(self.layout.holder(self.registry_next))
+            if data is None:
+                return
+            self.registry_next += 1
+            try:
+                holder = str(loads_object(data)["holder"])
+            except (RecordError, KeyError) as exc:
+                self.problems.append(f"{self.layout.holder(self.registry_next - 1)}: {exc}")
+                continue
+            if holder.startswith(self._mine) or holder in self.billing:
+                continue
+            lease, problem = latest_lease(self.store, self.layout, holder, 0)
+            if problem:
+                self.problems.append(problem)
+            if lease is None:
+                continue
+            self._bill(holder, lease)
+            if holder not in self.watched:
+                now = self.clock()
+                self.watched[holder] = Watch(lease.k, now, now, ended=lease.end is not None)
+
     def valid(self) -> bool:
         """Our claims may be used: the last renewal began less than half the expiry ago (others wait a
         full expiry from when they saw it, on their own clocks)."""
@@ -206,6 +260,7 @@ class Pool:
                 self._renew(dict(state or {}))
             if self.enabled:
                 self._mark_done()
+                self._tail_registry()
                 self._watch(now)
                 if self.frontier >= self.plan.chunks and now - self.last_refresh >= self.plan.renew_s / 2:
                     self._refresh()
@@ -224,6 +279,8 @@ class Pool:
     def release(self, state: Mapping[str, Any] | None = None) -> None:
         """End our lease ourselves: whatever we still own can be taken over at once."""
         with self.lock:
+            if self.enabled:
+                self._mark_done()
             lease = Lease(
                 self.holder,
                 self.k + 1,
@@ -266,7 +323,8 @@ class Pool:
         return out
 
     def _watch(self, now: float) -> None:
-        for holder in sorted(self._owing()):
+        billed = {h for h in self.billing if h in self.watched}
+        for holder in sorted(self._owing() | billed):
             w = self.watched.get(holder)
             if w is None or w.ended or now - w.polled < self.plan.renew_s / 2:
                 continue
@@ -277,7 +335,10 @@ class Pool:
                     break
                 w.k, w.seen = w.k + 1, now
                 try:
-                    if Lease.from_json(loads_object(data)).end is not None:
+                    lease = Lease.from_json(loads_object(data))
+                    if holder in self.billing and lease.state.get("totals") is not None:
+                        self._bill(holder, lease)
+                    if lease.end is not None:
                         w.ended = True
                         break
                 except RecordError as exc:
@@ -338,7 +399,13 @@ class Pool:
             self.problems.extend(chunk.problems[before:])
             self.log(chunk.problems[-1])
         if entry is not None and entry.op == "done":
-            self.done.update(self._index(chunk, o) for o, done in enumerate(chunk.complete) if done)
+            self._add_done(self._index(chunk, o) for o, done in enumerate(chunk.complete) if done)
+
+    def _add_done(self, indices: Iterable[int]) -> None:
+        for i in indices:
+            if i not in self.done:
+                self.done.add(i)
+                self.done_order.append(i)
 
     def _append(self, c: int, op: str, offsets: Iterable[int] = (), source: str | None = None) -> bool:
         """Append an entry to chunk c's log; False when another node's entry took that place first
@@ -374,7 +441,7 @@ class Pool:
         with self.lock:
             i = self.index.get(episode)
             if i is not None:
-                self.done.add(i)
+                self._add_done([i])
                 self.unmarked.add(self.plan.chunk_of(i))
 
     def _mark_done(self) -> None:
@@ -440,7 +507,7 @@ class Pool:
                     for o in chunk.owned_by(self.holder):  # skip what another node already finished
                         i = self._index(chunk, o)
                         if i not in self.done and self.store.exists(self.results.result(self.episodes[i])):
-                            self.done.add(i)
+                            self._add_done([i])
                     self.log(f"took over chunk {c} from {source or 'nobody (unreadable claim)'}")
                 return True
         return False
