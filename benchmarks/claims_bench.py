@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"node start, file store, {args.nodes} live nodes, {args.hours:g} h of 30 s renewals:")
     figures = []
-    for episodes in (args.episodes // 10, args.episodes):
+    for episodes in (args.episodes // 5, args.episodes):
         root = Path(tempfile.mkdtemp(prefix="claims-bench-"))
         try:
             t = time.perf_counter()
