@@ -13,15 +13,26 @@ the wall time since the run's first start.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Final
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from spoteval.agent import history as hist
+from spoteval.agent.pool_start import read_pool_history
 from spoteval.claims import Pool
-from spoteval.record import RecordError, parse_time, utc_now
-from spoteval.store import StoreError
+from spoteval.record import RecordError, RunLayout, format_time, parse_time, utc_now
+from spoteval.store import Store, StoreError
+
+if TYPE_CHECKING:
+    from spoteval.agent.config import AgentConfig
+    from spoteval.agent.notices import Notice
+    from spoteval.agent.price import Price
+    from spoteval.agent.rules import Stop
 
 TICK_S: Final = 0.2
 
@@ -56,6 +67,19 @@ class EpisodeQueue:
     def clear(self) -> None:
         self.local.clear()
 
+    def read_history(
+        self,
+        store: Store,
+        layout: RunLayout,
+        order: list[str],
+        *,
+        node: str,
+        now: datetime,
+        pool: ThreadPoolExecutor,
+    ) -> hist.History:
+        """What the start reads of the record: every event (a lone node)."""
+        return hist.read_history(store, layout, order, node=node, now=now, pool=pool)
+
     def fill(self, free: int) -> None:
         """Make up to `free` episodes ready to pop (nothing to do for a lone node)."""
 
@@ -84,9 +108,11 @@ class ClaimQueue(EpisodeQueue):
         *,
         log: Callable[[str], None],
         noticed: threading.Event,
+        state: Callable[[], dict[str, Any]],
     ) -> None:
         super().__init__()
         self.pool, self.final, self.log, self.noticed = pool, final, log, noticed
+        self.state_of = state
         self.closed = False
         self.joined = False
         self.state: dict[str, Any] = {}
@@ -96,29 +122,32 @@ class ClaimQueue(EpisodeQueue):
         self._outage = False
         self.taken = 0
 
+    def read_history(
+        self,
+        store: Store,
+        layout: RunLayout,
+        order: list[str],
+        *,
+        node: str,
+        now: datetime,
+        pool: ThreadPoolExecutor,
+    ) -> hist.History:
+        """Join the pool; the earlier incarnations come from its leases, not from the events."""
+        history = read_pool_history(self.pool, store, layout, order, node=node, now=now, executor=pool)
+        self.joined = True
+        first = self.pool.view.summary.first if self.pool.view is not None else ""
+        try:
+            self.first = parse_time(first).timestamp() if first else utc_now().timestamp()
+        except RecordError:
+            self.first = utc_now().timestamp()
+        for problem in self.pool.problems[:5]:
+            self.log(f"pool: {problem}")
+        return history
+
     def extend(self, episodes: Iterable[str]) -> None:
-        """Join the pool; `episodes` (those without a result) are taken through claims, not queued."""
+        """Start renewing; `episodes` (those without a result) are taken through claims, not queued."""
         del episodes
-        backoff = 0.5
-        while not self.joined:
-            try:
-                view = self.pool.join(self.final, self.state)
-            except StoreError as exc:
-                if self.noticed.is_set():
-                    raise
-                self.log(f"joining the pool: {exc}; retrying in {backoff:.1f} s")
-                time.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
-                continue
-            self.joined = True
-            first = view.summary.first
-            try:
-                self.first = parse_time(first).timestamp() if first else utc_now().timestamp()
-            except RecordError:
-                self.first = utc_now().timestamp()
-            for problem in self.pool.problems[:5]:
-                self.log(f"pool: {problem}")
-            self._sync()
+        self._sync()
         threading.Thread(target=self._ticker, name="claims", daemon=True).start()
 
     def _sync(self) -> None:
@@ -129,6 +158,8 @@ class ClaimQueue(EpisodeQueue):
 
     def _ticker(self) -> None:
         while not self._stop.wait(TICK_S):
+            with contextlib.suppress(RuntimeError):  # the loop's dicts changed meanwhile: keep the last
+                self.state = self.state_of()
             try:
                 self.pool.tick(self.state)
                 if self._outage:
@@ -140,6 +171,7 @@ class ClaimQueue(EpisodeQueue):
                 self._outage = True
 
     def fill(self, free: int) -> None:
+        self.state = self.state_of()
         if self.closed or free <= len(self.local):
             return
         try:
@@ -173,7 +205,7 @@ class ClaimQueue(EpisodeQueue):
         if not self.joined:
             return
         try:
-            self.pool.release(dict(state or self.state))
+            self.pool.release(dict(state or self.state_of()))
         except StoreError as exc:
             self.log(f"pool: ending the lease: {exc}; other nodes take over after its expiry")
 
@@ -183,3 +215,115 @@ class ClaimQueue(EpisodeQueue):
 
     def runtime_s(self) -> float | None:
         return None if self.first is None else max(0.0, utc_now().timestamp() - self.first)
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """The config's `pool` section: this node is one of several that share the run."""
+
+    batch: int = 16
+    renew_s: float = 10.0
+    expiry_s: float = 45.0
+
+
+def parse_pool(raw: object) -> PoolSettings | None:
+    """`{"batch": 16, "renew_s": 10, "expiry_s": 45}` (each optional); ValueError names the key."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError(f"must be a JSON object, got {raw!r}")
+    unknown = sorted(set(raw) - {"batch", "renew_s", "expiry_s"})
+    if unknown:
+        raise ValueError(f"unknown key {', '.join(unknown)}")
+    batch = raw.get("batch", 16)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch: must be an integer >= 1, got {batch!r}")
+    values: dict[str, float] = {}
+    for key, default in (("renew_s", 10.0), ("expiry_s", 45.0)):
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{key}: must be a number > 0, got {value!r}")
+        values[key] = float(value)
+    if values["expiry_s"] < 2 * values["renew_s"]:
+        raise ValueError(
+            f"expiry_s: must be at least twice renew_s ({values['renew_s']:g}), got {values['expiry_s']:g}"
+        )
+    return PoolSettings(batch, values["renew_s"], values["expiry_s"])
+
+
+class AgentView(Protocol):
+    """What the queue reads of the agent (spoteval.agent.loop.Agent)."""
+
+    config: AgentConfig
+    store: Store
+    order: list[str]
+    incarnation: str
+    final: set[str]
+    log: Callable[[str], None]
+    noticed: threading.Event
+    pending: EpisodeQueue
+    price: Price
+    started_wall: datetime
+    billed_from: datetime
+    notice: Notice | None
+    stop: Stop | None
+
+    def _in_flight_detail(self) -> list[list[Any]]: ...
+    def _counts(self) -> dict[str, int]: ...
+    def _mine_s(self) -> float: ...
+    def _uptime_s(self) -> float: ...
+    def _cost(self) -> float | None: ...
+
+
+def figures(agent: AgentView) -> tuple[float, float | None]:
+    """(node time or wall time for max_runtime, money for the budget) that the stop rules compare:
+    this node's view of the run for a lone node; the whole pool's in a pool (every node's money, and
+    the wall time since the run's first start)."""
+    runtime = agent.pending.runtime_s()
+    if runtime is None:
+        return agent._uptime_s(), agent._cost()
+    mine_s, price = agent._mine_s(), agent.price.per_hour
+    _, cost = agent.pending.run_wide(mine_s, None if price is None else price * mine_s / 3600.0)
+    return runtime, cost
+
+
+def queue_for(agent: AgentView) -> EpisodeQueue:
+    """The queue the loop dispatches from: claims when the config has a `pool` section."""
+    config = agent.config
+    if config.pool is None:
+        return EpisodeQueue()
+    settings = config.pool
+    pool = Pool(
+        agent.store,
+        config.run_id,
+        agent.order,
+        config.node.id,
+        agent.incarnation,
+        batch=settings.batch,
+        renew_s=settings.renew_s,
+        expiry_s=settings.expiry_s,
+        log=lambda message: agent.log(f"pool: {message}"),
+    )
+    return ClaimQueue(
+        pool, agent.final, log=agent.log, noticed=agent.noticed, state=lambda: lease_state(agent)
+    )
+
+
+def lease_state(agent: AgentView) -> dict[str, Any]:
+    """What a node's lease carries: enough for a start (and the report) without the event history."""
+    mine_s, price = agent._mine_s(), agent.price.per_hour
+    totals = {"billed_s": round(mine_s, 3)}
+    if price is not None:
+        totals["cost"] = round(price * mine_s / 3600.0, 6)
+    return {
+        "incarnation": agent.incarnation,
+        "started": format_time(agent.started_wall),
+        "billed_from": format_time(agent.billed_from),
+        "heartbeat_s": agent.config.heartbeat_s,
+        "price": price,
+        "in_flight": agent._in_flight_detail(),
+        "counts": agent._counts(),
+        "notice": None if agent.notice is None else agent.notice.reason,
+        "stop": None if agent.stop is None else agent.stop.reason,
+        "totals": totals,
+    }

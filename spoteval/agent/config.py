@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 from urllib.parse import urlparse
 
+from spoteval.agent.claimed import PoolSettings, parse_pool
 from spoteval.config_reader import ErrorFactory, Reader
 from spoteval.providers import BY_KEY, KEYS
 from spoteval.record import MARKETS, RecordError, check_id
@@ -110,6 +111,7 @@ class AgentConfig:
     boot_file: str = DEFAULT_BOOT_FILE
     sigterm_grace_s: float | None = None
     flush_timeout_s: float = 300.0
+    pool: PoolSettings | None = None  # one of several nodes sharing the run (spoteval.claims)
 
     def store_options_with_defaults(self) -> dict[str, Any]:
         return {**STORE_DEFAULTS, **self.store_options}
@@ -307,9 +309,17 @@ def parse(raw: object) -> AgentConfig:
         boot_file=_abs_path(top.opt_string("boot_file"), "boot_file") or DEFAULT_BOOT_FILE,
         sigterm_grace_s=top.opt_number("sigterm_grace_s", positive=True),
         flush_timeout_s=top.number("flush_timeout_s", 300.0, positive=True),
+        pool=_pool(top.value("pool")),
     )
     top.done()
     return config
+
+
+def _pool(raw: object) -> PoolSettings | None:
+    try:
+        return parse_pool(raw)
+    except ValueError as exc:
+        raise ConfigError(f"pool: {exc}") from None
 
 
 def load(path: str) -> AgentConfig:

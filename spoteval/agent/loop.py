@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final
 
+from spoteval.agent import claimed, tally
 from spoteval.agent import episodes as ep
 from spoteval.agent import history as hist
-from spoteval.agent import tally
 from spoteval.agent.boot import billed_from, boot_times, ready_details
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.notices import (
@@ -82,11 +82,12 @@ class Agent(Stopping):
         self.work_dir = config.run_work_dir()
         self.model_url = config.server.url
         self.server = ep.ModelServer(config.server, os.path.join(self.work_dir, "server.log"), os.environ)
+        self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         # scheduling state (this thread only)
-        self.pending: deque[str] = deque()
+        self.final: set[str] = set()
+        self.pending = claimed.queue_for(self)
         self.running: dict[str, ep.Running] = {}
         self.settling: list[tuple[ep.Running, ep.Ended]] = []
-        self.final: set[str] = set()
         self.failures: dict[str, int] = {}
         self.next_n: dict[str, int] = {}
         self.in_flight: dict[tuple[str, int], datetime] = {}
@@ -103,7 +104,6 @@ class Agent(Stopping):
         self.record_read_s = 0.0
         self.prev = hist.Billed(0.0, 0.0, {})
         self.billed_from = billed_from(config.node.provider, self.boot, started_wall)
-        self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         self.watchers: dict[str, Watcher] = {}
         self.stopping_watchers = threading.Event()
         self.uploader: Uploader | None = None
@@ -244,6 +244,7 @@ class Agent(Stopping):
             self.watchers[watcher.name] = watcher
             start_watcher(watcher, self._deliver, self.stopping_watchers)
         try:
+            self.pending.fill(self.config.episodes.concurrency)
             if self.pending and not self._wait_healthy():
                 return self._finish()
             self._loop()
@@ -251,6 +252,7 @@ class Agent(Stopping):
         finally:
             self.stopping_watchers.set()
             self.server.stop()
+            self.pending.close()
             self.up.close()
 
     # --- start: recovery from the record --------------------------------------------------------
@@ -262,7 +264,7 @@ class Agent(Stopping):
             now = utc_now()
             try:
                 with ThreadPoolExecutor(max_workers=16) as pool:
-                    history = hist.read_history(
+                    history = self.pending.read_history(
                         self.store, self.layout, self.order, node=self.config.node.id, now=now, pool=pool
                     )
                 return history, now
@@ -367,11 +369,12 @@ class Agent(Stopping):
                     self.idle_since = now
                 else:
                     idle = now - self.idle_since
+                uptime_s, cost = claimed.figures(self)
                 state = RunState(
                     remaining=len(self.order) - len(self.final),
                     running=len(self.running),
-                    uptime_s=self._uptime_s(),
-                    cost=self._cost(),
+                    uptime_s=uptime_s,
+                    cost=cost,
                     idle_s=idle,
                 )
                 stop = should_stop(state, self.config.stop_rules)
@@ -434,6 +437,7 @@ class Agent(Stopping):
 
     def _dispatch(self) -> None:
         free = self._free_slots()
+        self.pending.fill(free)
         batch: list[ep.Running] = []
         while free > 0 and self.pending:
             episode = self.pending.popleft()
@@ -563,6 +567,8 @@ class Agent(Stopping):
     def _on_recorded(self, item: Item) -> None:
         if item.kind != ATTEMPT:
             return
+        if item.write_result and item.outcome != "refused":
+            self.pending.finished(str(item.payload["episode_id"]))
         details = item.payload.get("details") or {}
         if details.get("incarnation") == self.incarnation:
             self.in_flight.pop((str(item.payload["episode_id"]), int(details.get("dispatch", 0))), None)

@@ -201,13 +201,19 @@ class Pool:
         self._renew({})
 
     def _bill(self, holder: str, lease: Lease) -> None:
+        """Count the holder's bill from its lease (every other holder that ran since our join)."""
+        if holder.startswith(self._mine):
+            return
         totals = lease.state.get("totals")
-        if isinstance(totals, dict) and not holder.startswith(self._mine):
-            self.billing[holder] = {
-                str(k): float(v)
-                for k, v in totals.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            }
+        known = self.billing.setdefault(holder, {})
+        if isinstance(totals, dict):
+            known.update(
+                {
+                    str(k): float(v)
+                    for k, v in totals.items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)
+                }
+            )
 
     @property
     def _mine(self) -> str:
@@ -336,7 +342,7 @@ class Pool:
                 w.k, w.seen = w.k + 1, now
                 try:
                     lease = Lease.from_json(loads_object(data))
-                    if holder in self.billing and lease.state.get("totals") is not None:
+                    if holder in self.billing:
                         self._bill(holder, lease)
                     if lease.end is not None:
                         w.ended = True

@@ -93,6 +93,7 @@ class StartView:
     index: dict[str, int]  # holder -> registry index
     folded: list[str]  # holders found ended since the summary (folded into `summary`)
     problems: list[str]
+    ended: dict[str, Lease] = field(default_factory=dict)  # those holders' final leases
 
 
 def latest_lease(
@@ -143,6 +144,7 @@ def read_start(store: StoreLike, layout: PoolLayout) -> StartView:
         i += 1
     summary.holders = i
     leases: dict[str, Lease] = {}
+    ended: dict[str, Lease] = {}
     folded: list[str] = []
     for holder, hint in sorted(candidates.items()):
         lease, problem = latest_lease(store, layout, holder, hint)
@@ -153,10 +155,11 @@ def read_start(store: StoreLike, layout: PoolLayout) -> StartView:
         if lease.end is not None:
             summary.fold(lease, index.get(holder, summary.holders))
             folded.append(holder)
+            ended[holder] = lease
         else:
             summary.live[holder] = lease.k
             leases[holder] = lease
-    return StartView(summary, leases, index, folded, problems)
+    return StartView(summary, leases, index, folded, problems, ended)
 
 
 def register(store: StoreLike, layout: PoolLayout, holder: str, node: str, *, time: str, hint: int) -> int:
