@@ -1,6 +1,6 @@
 """A pool of agents against one agent on the same run, on moto S3 on loopback (prints figures).
 
-    python -m benchmarks.pool_bench [--episodes 400] [--nodes 4] [--seconds 0.5] [--concurrency 4]
+    python -m benchmarks.pool_bench [--episodes 400] [--nodes 4] [--seconds 2] [--concurrency 8]
 
 Two runs of the same manifest of short episodes (`sh -c 'sleep S; echo ... > {output}'`): one agent,
 then `--nodes` agents started together with the config's `pool` section. For each: wall time from
@@ -99,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pool_bench")
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=0.5)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args(argv)
     moto = servers.start_moto()
     try:
@@ -117,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{pool['by_node']}\n"
         f"  throughput ratio {ratio:.2f} (target >= {0.9 * args.nodes:.1f}); duplicated work "
         f"{100 * pool['duplicated']:.2f} % of episode time (target <= 1 %); completed attempts beyond one "
-        f"per episode: {pool['beyond_one']}"
+        f"per episode: {pool['beyond_one']}\n"
+        f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (every node shares this machine)"
     )
     return 0 if ratio >= 0.9 * args.nodes and pool["duplicated"] <= 0.01 else 1
 

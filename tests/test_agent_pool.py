@@ -124,6 +124,9 @@ def test_three_agents_one_lost_for_good_and_one_added_with_a_new_id(
     assert 0 <= beyond <= 3  # at most the lost node's concurrency (attempts durable, results not)
     ops = _claim_ops(target)
     assert any(op == "takeover" for op, node in ops)  # the lost node's episodes were taken over
+    lost = [a for attempts in record.attempts.values() for a in attempts if a.details.get("lost")]
+    assert lost and all(a.node == "c" and a.outcome == "interrupted" for a in lost)  # recorded by the takers
+    assert all(record.results[a.episode_id].node != "c" for a in lost)
     leases = store.list(PoolLayout("pool1").prefix + "leases/")
     ends = [json.loads(store.get(k) or b"{}").get("end") for k in leases]
     assert ends.count("expired") == 1 and ends.count("released") == 3

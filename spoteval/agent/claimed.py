@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from spoteval.agent import history as hist
 from spoteval.agent.pool_start import read_pool_history
+from spoteval.agent.uploader import Uploader
 from spoteval.claims import Pool
 from spoteval.record import RecordError, RunLayout, format_time, parse_time, utc_now
 from spoteval.store import Store, StoreError
@@ -109,10 +110,13 @@ class ClaimQueue(EpisodeQueue):
         log: Callable[[str], None],
         noticed: threading.Event,
         state: Callable[[], dict[str, Any]],
+        record_lost: Callable[[str, list[str]], None] = lambda source, episodes: None,
     ) -> None:
         super().__init__()
         self.pool, self.final, self.log, self.noticed = pool, final, log, noticed
         self.state_of = state
+        self.record_lost = record_lost
+        self.takeovers_seen = 0
         self.closed = False
         self.joined = False
         self.state: dict[str, Any] = {}
@@ -182,6 +186,12 @@ class ClaimQueue(EpisodeQueue):
         self.taken += len(got)
         self.local.extend(e for e in got if e not in self.final)
         self._sync()
+        for source, episodes in self.pool.takeovers[self.takeovers_seen :]:
+            try:
+                self.record_lost(source, episodes)
+            except StoreError as exc:  # the episodes run again all the same; a later start records them
+                self.log(f"pool: reading what {source} had in flight: {exc}")
+        self.takeovers_seen = len(self.pool.takeovers)
 
     def __bool__(self) -> bool:
         return bool(self.local)
@@ -267,6 +277,9 @@ class AgentView(Protocol):
     billed_from: datetime
     notice: Notice | None
     stop: Stop | None
+
+    @property
+    def up(self) -> Uploader: ...
 
     def _in_flight_detail(self) -> list[list[Any]]: ...
     def _counts(self) -> dict[str, int]: ...

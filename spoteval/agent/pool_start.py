@@ -20,7 +20,8 @@ from typing import Any
 from spoteval.agent import history as hist
 from spoteval.claims import Lease, Pool
 from spoteval.claims.model import loads_object
-from spoteval.record import Event, RecordError, RunLayout, parse_time
+from spoteval.claims.summary import latest_lease
+from spoteval.record import Attempt, Event, RecordError, RunLayout, parse_time
 from spoteval.store import Store
 
 
@@ -130,3 +131,44 @@ def read_pool_history(
         attempts=attempts,
         problems=(*history.problems, *more),
     )
+
+
+def lost_on_takeover(
+    pool: Pool, store: Store, source: str, episodes: Iterable[str], *, incarnation: str, max_attempts: int
+) -> list[Attempt]:
+    """Attempts an ended holder had in flight, of the episodes this node just took over from it, that
+    no attempt in the record accounts for: to be recorded `interrupted` (by `incarnation`), as a
+    start does for the incarnations it resolves (`history.plan_recovery`, reused as it is)."""
+    watch = pool.watched.get(source)
+    lease, _ = latest_lease(store, pool.layout, source, watch.k if watch is not None else 0)
+    if lease is None:
+        return []
+    events = events_of(_last_own(pool, lease), pool.layout.run_id)
+    if not events:
+        return []
+    wanted = set(episodes)
+    layout = RunLayout(pool.layout.run_id)
+    numbers: dict[str, list[int]] = {}
+    for episode in sorted(wanted):
+        for key in store.list(layout.attempts_of(episode)):
+            parsed = layout.attempt_of_key(key)
+            if parsed is not None:
+                numbers.setdefault(episode, []).append(parsed[1])
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        attempts, _ = hist.read_attempts(store, layout, numbers, executor)
+    history = hist.History(
+        events=tuple(events),
+        incarnations=hist.group_incarnations(events),
+        results=frozenset(),
+        attempt_numbers={e: tuple(sorted(ns)) for e, ns in numbers.items()},
+        attempts=attempts,
+    )
+    plan = hist.plan_recovery(
+        history,
+        events[0].node,
+        events[-1].time,
+        sorted(wanted),
+        max_attempts=max_attempts,
+        incarnation=incarnation,
+    )
+    return list(plan.interrupted)

@@ -96,6 +96,7 @@ class Pool:
         self.base_totals: dict[str, float] = {}  # ended holders, from the summary read at join
         self.billing: dict[str, dict[str, float]] = {}  # other holders since our join: latest totals
         self.registry_next = 0
+        self.takeovers: list[tuple[str, list[str]]] = []  # (ended holder, episodes taken from it)
         self.last_refresh = -math.inf  # our clock when the logs others owe were last read
         self.last_steal = -math.inf
         self.counts = {"claimed": 0, "started": 0, "stolen": 0, "taken_over": 0, "expired": 0, "conflicts": 0}
@@ -510,6 +511,8 @@ class Pool:
                     continue
                 if self._append(c, "takeover", (), source):
                     self.counts["taken_over"] += 1
+                    if source is not None:
+                        self.takeovers.append((source, [self.episodes[self._index(chunk, o)] for o in left]))
                     for o in chunk.owned_by(self.holder):  # skip what another node already finished
                         i = self._index(chunk, o)
                         if i not in self.done and self.store.exists(self.results.result(self.episodes[i])):

@@ -1,0 +1,41 @@
+"""Pool figures from a record: shares per node and the work done twice."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from spoteval.claims.figures import pool_figures
+from spoteval.record import Attempt
+
+T = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+def attempt(episode: str, node: str, outcome: str, start: float, seconds: float, n: int = 1) -> Attempt:
+    begin = T + timedelta(seconds=start)
+    output = {} if outcome == "completed" else None
+    return Attempt(episode, outcome, n, node, begin, begin + timedelta(seconds=seconds), output=output)
+
+
+def test_duplicated_work_is_time_on_episodes_another_node_finished() -> None:
+    attempts = [
+        attempt("e1", "a", "completed", 0, 10),
+        attempt("e2", "b", "interrupted", 0, 4),  # b was lost; a finished e2
+        attempt("e2", "a", "completed", 10, 6, n=2),
+        attempt("e3", "b", "completed", 0, 5),  # b's attempt durable, result not: a ran it again
+        attempt("e3", "a", "completed", 16, 5, n=2),
+        attempt("e4", "a", "interrupted", 21, 1),  # a's own preemption, a finished it: not duplicated
+        attempt("e4", "a", "completed", 30, 4, n=2),
+    ]
+    results = {e: next(a for a in reversed(attempts) if a.episode_id == e) for e in ("e1", "e2", "e3", "e4")}
+    figures = pool_figures(attempts, results)
+    assert figures.episode_s == 35.0
+    assert figures.duplicated_s == 9.0
+    assert round(figures.duplicated_share, 6) == round(9 / 35, 6)
+    assert figures.beyond_one == 1
+    assert figures.nodes["a"].results == 4 and figures.nodes["b"].results == 0
+    assert (figures.nodes["b"].attempts, figures.nodes["b"].duplicated_s) == (2, 9.0)
+
+
+def test_no_attempts_no_figures() -> None:
+    figures = pool_figures([], {})
+    assert (figures.episode_s, figures.duplicated_share, figures.nodes) == (0.0, 0.0, {})
