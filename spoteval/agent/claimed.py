@@ -23,8 +23,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from spoteval.agent import history as hist
-from spoteval.agent.pool_start import read_pool_history
-from spoteval.agent.uploader import Uploader
+from spoteval.agent.pool_start import lost_on_takeover, read_pool_history
+from spoteval.agent.uploader import ATTEMPT, Item, Uploader
 from spoteval.claims import Pool
 from spoteval.record import RecordError, RunLayout, format_time, parse_time, utc_now
 from spoteval.store import Store, StoreError
@@ -317,8 +317,28 @@ def queue_for(agent: AgentView) -> EpisodeQueue:
         expiry_s=settings.expiry_s,
         log=lambda message: agent.log(f"pool: {message}"),
     )
+
+    def record_lost(source: str, episodes: list[str]) -> None:
+        lost = lost_on_takeover(
+            pool,
+            agent.store,
+            source,
+            episodes,
+            incarnation=agent.incarnation,
+            max_attempts=config.episodes.max_attempts,
+        )
+        for attempt in lost:
+            agent.up.submit(Item(ATTEMPT, attempt.to_json()))
+        if lost:
+            agent.log(f"recorded {len(lost)} attempt(s) {source} had in flight as interrupted (node lost)")
+
     return ClaimQueue(
-        pool, agent.final, log=agent.log, noticed=agent.noticed, state=lambda: lease_state(agent)
+        pool,
+        agent.final,
+        log=agent.log,
+        noticed=agent.noticed,
+        state=lambda: lease_state(agent),
+        record_lost=record_lost,
     )
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from spoteval.agent import history as hist
 from spoteval.claims import Lease, Pool
 from spoteval.claims.model import loads_object
 from spoteval.claims.summary import latest_lease
-from spoteval.record import Attempt, Event, RecordError, RunLayout, parse_time
+from spoteval.record import Attempt, Event, RecordError, RunLayout, node_segment, parse_time
 from spoteval.store import Store
 
 
@@ -41,6 +41,30 @@ def _time(value: object) -> datetime | None:
         return parse_time(value) if isinstance(value, str) else None
     except RecordError:
         return None
+
+
+def journal(store: Store, layout: RunLayout, lease: Lease) -> list[Event]:
+    """The holder's own events from shortly before its last lease on: its dispatch journal is written
+    before attempts start, so the last one lists what it had in flight when it was lost (the lease may
+    be up to a renewal older). Listed from a key offset: only the run's latest events are listed."""
+    since = _time(lease.time)
+    incarnation = lease.state.get("incarnation")
+    if since is None or not isinstance(incarnation, str):
+        return []
+    first = layout.event(since - timedelta(seconds=2), "x", 0)
+    offset = first[: first.index("Z-", len(layout.events_prefix)) + 1]  # the time part only
+    marker = f"-{node_segment(lease.node)}-"
+    out: list[Event] = []
+    for key in store.list(layout.events_prefix, offset=offset):
+        if marker not in key[len(layout.events_prefix) :]:
+            continue
+        try:
+            event, _ = Event.loads(store.get(key) or b"")
+        except RecordError:
+            continue
+        if event.details.get("incarnation") == incarnation:
+            out.append(event)
+    return out
 
 
 def events_of(lease: Lease, run_id: str) -> list[Event]:
@@ -104,7 +128,10 @@ def read_pool_history(
     for lease in leases:
         if lease.holder == pool.holder:
             continue
-        events.extend(events_of(_last_own(pool, lease), layout.run_id))
+        own = _last_own(pool, lease)
+        events.extend(events_of(own, layout.run_id))
+        if own.end is None and own.node == node:  # this node's lost holder: its last journal too
+            events.extend(journal(store, layout, own))
     events.sort(key=lambda e: e.time)
     numbers: dict[str, list[int]] = defaultdict(list)
     for key in store.list(layout.attempts_prefix):
@@ -143,11 +170,12 @@ def lost_on_takeover(
     lease, _ = latest_lease(store, pool.layout, source, watch.k if watch is not None else 0)
     if lease is None:
         return []
-    events = events_of(_last_own(pool, lease), pool.layout.run_id)
+    own = _last_own(pool, lease)
+    layout = RunLayout(pool.layout.run_id)
+    events = sorted(events_of(own, layout.run_id) + journal(store, layout, own), key=lambda e: e.time)
     if not events:
         return []
     wanted = set(episodes)
-    layout = RunLayout(pool.layout.run_id)
     numbers: dict[str, list[int]] = {}
     for episode in sorted(wanted):
         for key in store.list(layout.attempts_of(episode)):
