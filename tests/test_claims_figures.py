@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from spoteval.claims.figures import pool_figures
+from spoteval.claims.figures import pool_figures, render, to_json
 from spoteval.record import Attempt
 
 T = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -12,7 +12,7 @@ T = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 def attempt(episode: str, node: str, outcome: str, start: float, seconds: float, n: int = 1) -> Attempt:
     begin = T + timedelta(seconds=start)
-    output = {} if outcome == "completed" else None
+    output: dict[str, object] | None = {} if outcome == "completed" else None
     return Attempt(episode, outcome, n, node, begin, begin + timedelta(seconds=seconds), output=output)
 
 
@@ -39,3 +39,17 @@ def test_duplicated_work_is_time_on_episodes_another_node_finished() -> None:
 def test_no_attempts_no_figures() -> None:
     figures = pool_figures([], {})
     assert (figures.episode_s, figures.duplicated_share, figures.nodes) == (0.0, 0.0, {})
+
+
+def test_pool_figures_render_one_line_per_node_and_the_duplicated_work() -> None:
+    attempts = [attempt("e1", "a", "completed", 0, 10), attempt("e1", "b", "completed", 0, 5, n=2)]
+    figures = pool_figures(attempts, {"e1": attempts[0]})
+    lines = render(figures, {"a": "node-1", "b": "node-2"})
+    assert lines[1].split() == ["node-1", "1", "1", "10.0s", "0.0s"]
+    assert lines[2].split() == ["node-2", "0", "1", "5.0s", "5.0s"]
+    assert lines[3] == (
+        "duplicated work: 5.0 s of 15.0 s episode time (33.33 %); "
+        "completed attempts beyond one per episode: 1"
+    )
+    doc = to_json(figures)
+    assert doc["duplicated_share"] == 0.333333 and doc["completed_beyond_one"] == 1

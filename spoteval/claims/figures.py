@@ -55,3 +55,41 @@ def pool_figures(attempts: Iterable[Attempt], results: Mapping[str, Attempt]) ->
         out.nodes.setdefault(result.node, NodeShare()).results += 1
     out.beyond_one = sum(n - 1 for e, n in completed.items() if e in results and n > 1)
     return out
+
+
+def to_json(figures: PoolFigures, alias: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The pool's figures for the report's JSON (`alias` renames nodes in a shared report)."""
+    names = dict(alias or {})
+    return {
+        "nodes": {
+            names.get(node, node): {
+                "attempts": s.attempts,
+                "completed": s.completed,
+                "results": s.results,
+                "episode_s": round(s.episode_s, 3),
+                "duplicated_s": round(s.duplicated_s, 3),
+            }
+            for node, s in sorted(figures.nodes.items())
+        },
+        "episode_s": round(figures.episode_s, 3),
+        "duplicated_s": round(figures.duplicated_s, 3),
+        "duplicated_share": round(figures.duplicated_share, 6),
+        "completed_beyond_one": figures.beyond_one,
+    }
+
+
+def render(figures: PoolFigures, alias: Mapping[str, str] | None = None) -> list[str]:
+    """Text lines: one per node, then the duplicated work."""
+    names = dict(alias or {})
+    lines = [f"{'node':<24} {'results':>8} {'attempts':>9} {'episode time':>13} {'duplicated':>11}"]
+    for node, s in sorted(figures.nodes.items()):
+        lines.append(
+            f"{names.get(node, node)[:24]:<24} {s.results:>8} {s.attempts:>9} "
+            f"{s.episode_s:>12.1f}s {s.duplicated_s:>10.1f}s"
+        )
+    lines.append(
+        f"duplicated work: {figures.duplicated_s:.1f} s of {figures.episode_s:.1f} s episode time "
+        f"({100 * figures.duplicated_share:.2f} %); completed attempts beyond one per episode: "
+        f"{figures.beyond_one}"
+    )
+    return lines
