@@ -65,6 +65,7 @@ WORKLOAD_KEYS: Final = frozenset(
         "deadline_confidence",
         "spot_margin",
         "grant",
+        "nodes",
     }
 )
 RESTART_KEYS: Final = frozenset({"wait_minutes", "boot_minutes"})
@@ -118,11 +119,18 @@ class Workload:
     episode_samples_hours: tuple[float, ...] = ()
     #: a confidence interval for `lifetime_hours`, when the user knows one (shown on the plot)
     lifetime_interval_hours: tuple[float, float] | None = None
+    #: k nodes sharing one queue of episodes, each preempted independently, each with its own boot
+    nodes: int = 1
 
     @property
     def rounds(self) -> float:
         """n = N / C, the number of rounds of C episodes in flight (fluid: may be fractional)."""
         return self.episodes / self.concurrency
+
+    @property
+    def node_rounds(self) -> float:
+        """n / k: the rounds each of the k nodes runs (fluid)."""
+        return self.rounds / self.nodes
 
     @property
     def episode_lengths_hours(self) -> tuple[float, ...]:
@@ -148,6 +156,7 @@ class Workload:
             "deadline_confidence": self.deadline_confidence,
             "spot_margin": self.spot_margin,
             "grant": self.grant.to_json(),
+            **({"nodes": self.nodes} if self.nodes > 1 else {}),
         }
 
 
@@ -189,6 +198,7 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         samples = ()
         episode_hours = read.number("episode_minutes", positive=True) / 60.0
     concurrency = read.integer("concurrency", positive=True, whole_floats=True)
+    nodes = read.integer("nodes", 1, positive=True, whole_floats=True)
     lifetime = read.number("lifetime_hours", positive=True)
 
     restart = read.section("restart", RESTART_KEYS)
@@ -230,6 +240,7 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         grant=grant,
         episode_samples_hours=samples,
         lifetime_interval_hours=interval,
+        nodes=nodes,
     )
 
 
