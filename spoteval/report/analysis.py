@@ -20,6 +20,7 @@ from spoteval.record import (
 )
 from spoteval.report.allocation import Allocation, Gap, _with_dispatch, allocation_of, allocations
 from spoteval.report.load import CONFIDENCE, Problem, RunRecord
+from spoteval.report.pool import PoolFigures, pool_figures
 
 # --- statistics ---------------------------------------------------------------------------------
 
@@ -155,6 +156,7 @@ class RunReport:
     generated: datetime
     placement: Mapping[str, Any] | None = None
     placement_note: str = ""
+    pool: PoolFigures | None = None  # more than one node ran episodes: each node's share
 
     @property
     def run_allocations(self) -> list[Allocation]:
@@ -370,7 +372,13 @@ def analyse(
         efficiency=_efficiency(allocs, episodes, tau, boot, wait),
         problems=tuple(record.problems) + tuple(problems),
         generated=now,
+        pool=_pool(record),
     )
+
+
+def _pool(record: RunRecord) -> PoolFigures | None:
+    nodes = {a.node for a in record.attempts} | {r.node for r in record.results.values()}
+    return pool_figures(record.attempts, record.results) if len(nodes) > 1 else None
 
 
 #: The source name the restart measurement (spoteval/measure) writes into its events.
