@@ -370,6 +370,7 @@ def build_agent_config(
     spool_dir: str | None = None,
     work_dir: str | None = None,
     boot_file: str | None = None,
+    pool: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The agent's config as a JSON object (what `parse` reads); optional keys are left out when None.
 
@@ -416,6 +417,7 @@ def build_agent_config(
         ("spool_dir", spool_dir),
         ("work_dir", work_dir),
         ("boot_file", boot_file),
+        ("pool", None if pool is None else dict(pool)),
     )
     config.update({key: value for key, value in optional if value is not None})
     return config
