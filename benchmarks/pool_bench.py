@@ -22,6 +22,7 @@ from typing import Any
 
 from spoteval.agent.__main__ import main as agent_main
 from spoteval.record import Attempt, Event, RunLayout
+from spoteval.report.pool import pool_figures
 from spoteval.store import Store
 from tests import servers
 from tests.fake_metadata import agent_config, cleanup_tagged, start_agent, write_config, write_manifest
@@ -80,18 +81,13 @@ def run(moto: servers.Server, work: Path, nodes: int, args: argparse.Namespace) 
     first_ready = min(e.time for e in events if e.kind == "ready")
     last = max(r.ended for r in results.values())
     wall = (last - first_ready).total_seconds()
-    total = sum(a.seconds for a in attempts)
-    duplicated = sum(a.seconds for a in attempts if a.node != results[a.episode_id].node)
-    completed = sum(1 for a in attempts if a.outcome == "completed")
+    figures = pool_figures(attempts, results)
     return {
         "wall_s": wall,
         "per_s": len(ids) / wall,
-        "duplicated": duplicated / total if total else 0.0,
-        "beyond_one": completed - len(ids),
-        "by_node": {
-            n: sum(1 for r in results.values() if r.node == n)
-            for n in sorted({r.node for r in results.values()})
-        },
+        "duplicated": figures.duplicated_share,
+        "beyond_one": figures.beyond_one,
+        "by_node": {node: share.results for node, share in sorted(figures.nodes.items())},
     }
 
 
