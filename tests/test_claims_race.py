@@ -13,7 +13,7 @@ import pytest
 
 from spoteval.claims import Pool, PoolLayout
 from spoteval.record import RunLayout
-from spoteval.store import Store
+from spoteval.store import Store, StoreError
 from tests.conftest import StoreTarget
 
 RUN = "race"
@@ -31,16 +31,19 @@ def work(url: str, options: dict[str, Any], node: str, start_at: float) -> list[
     layout = RunLayout(RUN)
     taken: list[str] = []
     while True:
-        got = pool.take(3)
-        for episode in got:
-            store.put_new(layout.result(episode), json.dumps({"node": node}).encode())
-            pool.finished(episode)
-        taken.extend(got)
-        if not got:
-            pool.tick()
-            if pool.exhausted() and not pool.waiting_on():
-                break
-            time.sleep(0.01)
+        try:  # a store error is retried, as the agent does: every step is one create-only write
+            got = pool.take(3)
+            taken.extend(got)
+            for episode in got:
+                store.put_new(layout.result(episode), json.dumps({"node": node}).encode())
+                pool.finished(episode)
+            if not got:
+                pool.tick()
+                if pool.exhausted() and not pool.waiting_on():
+                    break
+                time.sleep(0.01)
+        except StoreError:
+            time.sleep(0.1)
     pool.release()
     return taken
 

@@ -27,6 +27,7 @@ from spoteval.claims.model import (
     Plan,
     PoolLayout,
     holder_id,
+    in_ranges,
     loads_object,
     manifest_digest,
     parse_entry,
@@ -397,9 +398,22 @@ class Pool:
             data = self.store.get(key)
             if data is None:
                 return chunk
-            self._apply(chunk, *parse_entry(data, key))
+            self._apply(chunk, *parse_entry(data, key), adopt=True)
 
-    def _apply(self, chunk: ChunkLog, entry: Entry | None, problem: str | None) -> None:
+    def _apply(
+        self, chunk: ChunkLog, entry: Entry | None, problem: str | None, *, adopt: bool = False
+    ) -> None:
+        """Replay an entry. `adopt`: an entry read back that we wrote ourselves (a write whose reply was
+        lost, then retried): what it started is ours to run."""
+        self._replay(chunk, entry, problem)
+        if adopt and entry is not None and entry.holder == self.holder and entry.op != "done":
+            queued = self.done | set(self.ready)
+            mine = [o for o in in_ranges(entry.ranges, chunk.size) if chunk.owner[o] == self.holder]
+            self.ready.extend(
+                i for o in mine if chunk.started[o] and (i := self._index(chunk, o)) not in queued
+            )
+
+    def _replay(self, chunk: ChunkLog, entry: Entry | None, problem: str | None) -> None:
         before = len(chunk.problems)
         chunk.apply(entry, problem)
         if len(chunk.problems) > before:
@@ -435,7 +449,7 @@ class Pool:
             return True
         self.counts["conflicts"] += 1
         key = self.layout.chunk(c, chunk.length)
-        self._apply(chunk, *parse_entry(data or b"", key))
+        self._apply(chunk, *parse_entry(data or b"", key), adopt=True)
         self._read_log(c)
         self._discover(chunk)
         return False
