@@ -65,6 +65,10 @@ def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
     return out
 
 
+#: The agent's `pool` section for the nodes of a pool (batch of claims, lease renewal and expiry).
+POOL_DEFAULTS: Final[Mapping[str, Any]] = {"batch": 16, "renew_s": 10, "expiry_s": 45}
+
+
 def stack_config_args(settings: Settings) -> dict[str, Any]:
     """What every node's agent config takes from the stack's settings (build_agent_config's keywords)."""
     return {
@@ -86,6 +90,8 @@ def stack_config_args(settings: Settings) -> dict[str, Any]:
         "price_cap": settings.grant.price_cap,
         "heartbeat_s": settings.eval.heartbeat_s,
         "currency": settings.grant.currency,
+        # a pool (node.count > 1): the nodes divide the episodes through claims in the run record
+        "pool": POOL_DEFAULTS if settings.node.pool else None,
     }
 
 

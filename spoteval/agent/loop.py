@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from spoteval.agent import claimed, tally
 from spoteval.agent import episodes as ep
 from spoteval.agent import history as hist
-from spoteval.agent import tally
 from spoteval.agent.boot import billed_from, boot_times, ready_details
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.health import ServerWatch
@@ -94,11 +94,12 @@ class Agent(Starting, Stopping):
         self.health = ServerWatch(self.server, self.stopping_watchers, log)
         self.ledger = Ledger()  # this incarnation's money at each price it read
         self.spooled: list[Item] = []  # what an earlier incarnation left in the spool
+        self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         # scheduling state (this thread only)
-        self.pending: deque[str] = deque()
+        self.final: set[str] = set()
+        self.pending = claimed.queue_for(self)
         self.running: dict[str, ep.Running] = {}
         self.settling: list[tuple[ep.Running, ep.Ended]] = []
-        self.final: set[str] = set()
         self.failures: dict[str, int] = {}
         self.next_n: dict[str, int] = {}
         self.in_flight: dict[tuple[str, int], datetime] = {}
@@ -115,7 +116,6 @@ class Agent(Starting, Stopping):
         self.record_read_s = 0.0
         self.prev = hist.Billed(0.0, 0.0, {})
         self.billed_from = billed_from(config.node.provider, self.boot, started_wall)
-        self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         self.watchers: dict[str, Watcher] = {}
         self.uploader: Uploader | None = None
 
@@ -231,6 +231,7 @@ class Agent(Starting, Stopping):
         finally:
             self.stopping_watchers.set()
             self.health.stop()
+            self.pending.close()
             self.up.close()
 
     def _run(self) -> int:
@@ -270,6 +271,7 @@ class Agent(Starting, Stopping):
         if interval is not None and self.price.source == "api":
             args = (self.config, interval, self.stopping_watchers, self.messages, self.log)
             threading.Thread(target=reread, args=args, name="price", daemon=True).start()
+        self.pending.fill(self.config.episodes.concurrency)
         if self.pending and not self._wait_healthy():
             return self._finish()
         self._loop()
@@ -335,11 +337,12 @@ class Agent(Starting, Stopping):
                     self.idle_since = now
                 else:
                     idle = now - self.idle_since
+                uptime_s, cost = claimed.figures(self)
                 state = RunState(
                     remaining=len(self.order) - len(self.final),
                     running=len(self.running),
-                    uptime_s=self._uptime_s(),
-                    cost=self._cost(),
+                    uptime_s=uptime_s,
+                    cost=cost,
                     idle_s=idle,
                     price_per_hour=self.price.per_hour,
                 )
@@ -414,6 +417,7 @@ class Agent(Starting, Stopping):
 
     def _dispatch(self) -> None:
         free = self._free_slots()
+        self.pending.fill(free)
         batch: list[ep.Running] = []
         while free > 0 and self.pending:
             episode = self.pending.popleft()
@@ -551,6 +555,8 @@ class Agent(Starting, Stopping):
     def _on_recorded(self, item: Item) -> None:
         if item.kind != ATTEMPT:
             return
+        if item.write_result and item.outcome != "refused":
+            self.pending.finished(str(item.payload["episode_id"]))
         details = item.payload.get("details") or {}
         if details.get("incarnation") == self.incarnation:
             self.in_flight.pop((str(item.payload["episode_id"]), int(details.get("dispatch", 0))), None)

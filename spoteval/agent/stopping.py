@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from spoteval.agent import episodes as ep
 from spoteval.agent import rules, tally
+from spoteval.agent.claimed import EpisodeQueue
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.health import ServerWatch
 from spoteval.agent.notices import Notice, Watcher
@@ -56,7 +57,7 @@ class Stopping:
     deadline_mono: float
     stop: Stop | None
     exit_code: int
-    pending: deque[str]
+    pending: EpisodeQueue
     running: dict[str, ep.Running]
     settling: list[tuple[ep.Running, ep.Ended]]
     durations: deque[float]
