@@ -103,6 +103,8 @@ def test_two_agents_share_the_episodes_and_run_each_once(
     claims = [node for op, node in _claim_ops(target) if op == "claim"]
     assert len(claims) == 8  # 48 episodes in chunks of 6: eight claims, one winner each
     assert [k for k in record.kinds() if k[0] == "stop"] == [("stop", "done"), ("stop", "done")]
+    starts = [e for e in record.events if e.kind == "start"]
+    assert [e.details["pool"] for e in starts] == [POOL, POOL]  # the run-wide rules apply (billing.is_pool)
 
 
 def test_three_agents_one_lost_for_good_and_one_added_with_a_new_id(

@@ -22,6 +22,7 @@ uploader only post messages to its queue. The order of a run:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -54,6 +55,7 @@ from spoteval.agent.rules import RunState, Stop, outage_backlog, should_stop
 from spoteval.agent.starting import Starting
 from spoteval.agent.stopping import NOTICE_WAIT_S, Fatal, Stopping
 from spoteval.agent.uploader import ATTEMPT, EVENT, Item, Uploader
+from spoteval.billing import POOL_KEY
 from spoteval.manifest import ManifestEntry
 from spoteval.record import Attempt, Event, RunLayout, format_time, utc_now
 from spoteval.store import Store
@@ -260,6 +262,8 @@ class Agent(Starting, Stopping):
             "episodes": {"total": len(self.order), "final": len(self.final), "pending": len(self.pending)},
             "pid": os.getpid(),
         }
+        if self.config.pool is not None:  # the run-wide rules apply (spoteval/billing.py: POOL_KEY)
+            start_details[POOL_KEY] = dataclasses.asdict(self.config.pool)
         start = self.event("start", reason, start_details)
         self._wait_durable(start, NOTICE_WAIT_S)
         self.log(
