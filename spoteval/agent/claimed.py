@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from spoteval.agent import history as hist
 from spoteval.agent.pool_start import lost_on_takeover, read_pool_history
+from spoteval.agent.scale_zero import ScaleTarget, parse_target
 from spoteval.agent.uploader import ATTEMPT, Item, Uploader
 from spoteval.claims import Pool
 from spoteval.record import Event, RecordError, RunLayout, format_time, parse_time, utc_now
@@ -241,6 +242,12 @@ class PoolSettings:
     batch: int = 16
     renew_s: float = 10.0
     expiry_s: float = 45.0
+    #: the node's own group, scaled to zero by the node that finds the run done (agent/scale_zero.py)
+    scale_to_zero: ScaleTarget | None = None
+
+    def claims(self) -> dict[str, float]:
+        """The claims' parameters (what a pool node's `start` event records)."""
+        return {"batch": self.batch, "renew_s": self.renew_s, "expiry_s": self.expiry_s}
 
 
 def parse_pool(raw: object) -> PoolSettings | None:
@@ -249,7 +256,7 @@ def parse_pool(raw: object) -> PoolSettings | None:
         return None
     if not isinstance(raw, dict):
         raise ValueError(f"must be a JSON object, got {raw!r}")
-    unknown = sorted(set(raw) - {"batch", "renew_s", "expiry_s"})
+    unknown = sorted(set(raw) - {"batch", "renew_s", "expiry_s", "scale_to_zero"})
     if unknown:
         raise ValueError(f"unknown key {', '.join(unknown)}")
     batch = raw.get("batch", 16)
@@ -265,7 +272,11 @@ def parse_pool(raw: object) -> PoolSettings | None:
         raise ValueError(
             f"expiry_s: must be at least twice renew_s ({values['renew_s']:g}), got {values['expiry_s']:g}"
         )
-    return PoolSettings(batch, values["renew_s"], values["expiry_s"])
+    try:
+        target = parse_target(raw.get("scale_to_zero"))
+    except ValueError as exc:
+        raise ValueError(f"scale_to_zero: {exc}") from None
+    return PoolSettings(batch, values["renew_s"], values["expiry_s"], target)
 
 
 class AgentView(Protocol):

@@ -22,7 +22,6 @@ uploader only post messages to its queue. The order of a run:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import os
@@ -263,7 +262,7 @@ class Agent(Starting, Stopping):
             "pid": os.getpid(),
         }
         if self.config.pool is not None:  # the run-wide rules apply (spoteval/billing.py: POOL_KEY)
-            start_details[POOL_KEY] = dataclasses.asdict(self.config.pool)
+            start_details[POOL_KEY] = self.config.pool.claims()
         start = self.event("start", reason, start_details)
         self._wait_durable(start, NOTICE_WAIT_S)
         self.log(
