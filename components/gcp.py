@@ -13,6 +13,7 @@ import pulumi
 import pulumi_gcp as gcp
 from pulumi_gcp import billing, compute, logging, serviceaccount, storage
 
+from components import pool_stop
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
@@ -351,6 +352,7 @@ class Pool(pulumi.ComponentResource):
         )
         self.group = compute.RegionInstanceGroupManager(
             f"{name}-group",
+            name=pool_stop.group_name(s),
             region=s.region,
             base_instance_name=f"{s.run_id}-gpu",
             versions=[
@@ -491,6 +493,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         prefix: pulumi.Input[str]
         if settings.node.pool:
             pool = Pool(name, node_args, node_opts)
+            pool_stop.gcp(name, pool, settings, identity.account.email.apply(lambda e: f"serviceAccount:{e}"))
             node_ids, prefix = pool.node_ids, f"{settings.run_id}-gpu-"
         else:
             node = Node(name, node_args, node_opts)

@@ -20,6 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes import apps, batch, core, meta
 
+from components import pool_stop
 from components.base import BuildContext, StackOutputs, child, held
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import agent_config, k8s_agent_command, server_command, stop_timeout_s
@@ -415,6 +416,8 @@ class EvalWorkload(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends, self.service]),
         )
+        if s.node.pool:  # the agent that finds the run done scales the model server to zero
+            pool_stop.kubernetes(name, self, s, ns, self.service_account.metadata.apply(lambda m: m.name))
         self.register_outputs({"job": self.job.metadata.name})
 
 

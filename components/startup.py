@@ -29,6 +29,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any, Final
 
+from components import pool_stop
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.settings import Settings
 from spoteval.agent.config import build_agent_config
@@ -69,6 +70,14 @@ def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
 POOL_DEFAULTS: Final[Mapping[str, Any]] = {"batch": 16, "renew_s": 10, "expiry_s": 45}
 
 
+def _pool_section(settings: Settings) -> dict[str, Any] | None:
+    """The agent's `pool` section for a pool's nodes, with the group it scales to zero when done."""
+    if not settings.node.pool:
+        return None
+    target = pool_stop.agent_target(settings)
+    return {**POOL_DEFAULTS, **({"scale_to_zero": target} if target else {})}
+
+
 def stack_config_args(settings: Settings) -> dict[str, Any]:
     """What every node's agent config takes from the stack's settings (build_agent_config's keywords)."""
     return {
@@ -91,7 +100,7 @@ def stack_config_args(settings: Settings) -> dict[str, Any]:
         "heartbeat_s": settings.eval.heartbeat_s,
         "currency": settings.grant.currency,
         # a pool (node.count > 1): the nodes divide the episodes through claims in the run record
-        "pool": POOL_DEFAULTS if settings.node.pool else None,
+        "pool": _pool_section(settings),
     }
 
 

@@ -591,6 +591,8 @@ class PoolScale:
     credential: str
     source: Source
     api_version: str = ""
+    #: the metadata path where the node reads what the stack cannot know (Azure: the subscription)
+    identity: str = ""
 
 
 #: provider key -> how its pool is scaled to zero. Runpod and Nebius pools are N single nodes:
@@ -636,6 +638,7 @@ POOL_SCALE: Final[Mapping[str, PoolScale]] = {
         ),
         credential="/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
         api_version="2024-07-01",
+        identity="/metadata/instance/compute?api-version=2021-02-01",
         source=Source(
             "https://learn.microsoft.com/rest/api/compute/virtual-machine-scale-sets/update",
             note="a custom role with these actions assigned at the scale set's own id",

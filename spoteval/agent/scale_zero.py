@@ -27,7 +27,7 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Final
 
@@ -39,7 +39,7 @@ from spoteval.providers import AZURE, GCP, POOL_SCALE
 REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {
     "aws_asg": ("name", "region"),
     "gcp_mig": ("name", "project", "region"),
-    "azure_vmss": ("name", "subscription", "resource_group"),
+    "azure_vmss": ("name", "resource_group"),  # the subscription: the config's, else the VM's (IMDS)
     "k8s_deployment": ("name", "namespace"),
 }
 FIELDS: Final = (
@@ -168,6 +168,15 @@ def scale_to_zero(
         assert AZURE.metadata is not None
         base = (metadata_url or AZURE.metadata.base_url).rstrip("/")
         token = _token(base + fact.credential, AZURE.metadata.headers, timeout)
+        if not target.subscription:
+            reply = http(base + fact.identity, headers=AZURE.metadata.headers, timeout=timeout)
+            try:
+                subscription = str(json.loads(reply.body)["subscriptionId"]) if reply.status == 200 else ""
+            except (ValueError, KeyError, TypeError):
+                subscription = ""
+            if not subscription:
+                raise OSError(f"the VM's subscription could not be read from IMDS ({reply.status})")
+            url = replace(target, subscription=subscription).formatted_url()
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         body = json.dumps({"sku": {"capacity": 0}}).encode()
         reply = http(url, method="PATCH", headers=headers, data=body, timeout=timeout)
