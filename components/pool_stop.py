@@ -2,7 +2,7 @@
 section, and the node's one permission for it, on its own group only.
 
 The node that finds the run done scales its pool to zero through the engine
-(spoteval/agent/scale_zero.py; the calls and permissions are facts in spoteval/providers.py,
+(spoteval/agent/scale_zero.py; the calls and permissions are facts in spoteval/pool_engines.py,
 `POOL_SCALE`). Each provider component calls one function here:
 
 - AWS (`aws`): an inline policy on the node's role allowing `autoscaling:UpdateAutoScalingGroup` on
@@ -33,7 +33,7 @@ from pulumi_gcp import projects
 
 from components.base import child
 from components.settings import Settings
-from spoteval.providers import POOL_SCALE
+from spoteval.pool_engines import POOL_SCALE
 
 #: the tag every resource of a run carries (components/settings.py `tags`)
 RUN_TAG: Final = "spot-eval-run"

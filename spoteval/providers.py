@@ -237,6 +237,7 @@ GCP: Final = ProviderFacts(
             "preempted": "/computeMetadata/v1/instance/preempted",
             "maintenance_event": "/computeMetadata/v1/instance/maintenance-event",
             "instance": "/computeMetadata/v1/instance/",
+            "token": "/computeMetadata/v1/instance/service-accounts/default/token",
         },
         poll_s=60.0,
         maintenance_notice_s=60,
@@ -291,6 +292,8 @@ AZURE: Final = ProviderFacts(
             "scheduled_events": "/metadata/scheduledevents?api-version=2020-07-01",
             "compute": "/metadata/instance/compute/",
             "text_query": "?api-version=2021-02-01&format=text",
+            "identity_token": "/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
+            "compute_json": "/metadata/instance/compute?api-version=2021-02-01",
         },
         poll_s=1.0,
         stopping_events=frozenset({"Preempt", "Terminate", "Reboot", "Redeploy"}),
@@ -568,93 +571,5 @@ K8S_FLAVOURS: Final[Mapping[str, K8sFlavour]] = {
         on_demand_absent=(),
         gpu_label=None,
         source=Source(_NB_PREEMPTIBLE, note="node labels of preemptible node groups: unconfirmed"),
-    ),
-}
-
-
-# --- scaling a pool to zero from one of its nodes --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PoolScale:
-    """How the node that finds its pool's run done scales the pool to zero through its engine
-    (spoteval/agent/scale_zero.py), and the one permission the stack gives the node for it
-    (components/pool_stop.py)."""
-
-    engine: str  # the agent config's `pool.scale_to_zero.engine`
-    #: the call, a format string over the config's fields (`{region}`, `{name}`, ...)
-    url: str
-    method: str
-    #: what the node's identity must be allowed, on its own group only
-    permissions: tuple[str, ...]
-    #: the metadata path (or file) of the node's credential for the call
-    credential: str
-    source: Source
-    api_version: str = ""
-    #: the metadata path where the node reads what the stack cannot know (Azure: the subscription)
-    identity: str = ""
-
-
-#: provider key -> how its pool is scaled to zero. Runpod and Nebius pools are N single nodes:
-#: each stops itself through its provider's API (`stop_rules.on_done: api_stop`).
-POOL_SCALE: Final[Mapping[str, PoolScale]] = {
-    "aws": PoolScale(
-        engine="aws_asg",
-        url="https://autoscaling.{region}.amazonaws.com/",
-        method="GET",  # the Query API, Signature Version 4 (as DescribeSpotPriceHistory)
-        permissions=("autoscaling:UpdateAutoScalingGroup",),
-        credential="/latest/meta-data/iam/security-credentials/",
-        api_version="2011-01-01",
-        source=Source(
-            "https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_UpdateAutoScalingGroup.html",
-            note="MinSize=0 and DesiredCapacity=0 in one call; resource type autoScalingGroup "
-            "(arn:aws:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/{name}), "
-            "condition key autoscaling:ResourceTag/${TagKey}: "
-            "https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html",
-        ),
-    ),
-    "gcp": PoolScale(
-        engine="gcp_mig",
-        url="https://compute.googleapis.com/compute/v1/projects/{project}/regions/{region}"
-        "/instanceGroupManagers/{name}/resize?size=0",
-        method="POST",
-        permissions=("compute.instanceGroupManagers.update",),
-        credential="/computeMetadata/v1/instance/service-accounts/default/token",
-        source=Source(
-            "https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/resize",
-            note="a custom role with the permission, bound with an IAM condition on resource.name "
-            "(MIGs take no resource-level IAM policy): "
-            "https://cloud.google.com/iam/docs/conditions-resource-attributes",
-        ),
-    ),
-    "azure": PoolScale(
-        engine="azure_vmss",
-        url="https://management.azure.com/subscriptions/{subscription}/resourceGroups/{resource_group}"
-        "/providers/Microsoft.Compute/virtualMachineScaleSets/{name}?api-version=2024-07-01",
-        method="PATCH",  # body {"sku": {"capacity": 0}}
-        permissions=(
-            "Microsoft.Compute/virtualMachineScaleSets/read",
-            "Microsoft.Compute/virtualMachineScaleSets/write",
-        ),
-        credential="/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
-        api_version="2024-07-01",
-        identity="/metadata/instance/compute?api-version=2021-02-01",
-        source=Source(
-            "https://learn.microsoft.com/rest/api/compute/virtual-machine-scale-sets/update",
-            note="a custom role with these actions assigned at the scale set's own id",
-        ),
-    ),
-    "k8s": PoolScale(
-        engine="k8s_deployment",
-        url="https://kubernetes.default.svc/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale",
-        method="PATCH",  # application/merge-patch+json {"spec": {"replicas": 0}}
-        permissions=("apps/deployments/scale:get,patch",),
-        credential="/var/run/secrets/kubernetes.io/serviceaccount/token",
-        source=Source(
-            "https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/deployment-v1/",
-            note="the model server's Deployment scaled to 0 replicas by the agent that finds the run "
-            "done; a Role with resourceNames [the Deployment] on deployments/scale: "
-            "https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-resources",
-        ),
     ),
 }

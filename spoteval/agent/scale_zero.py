@@ -15,7 +15,7 @@ that finds the run done asks the engine itself for zero nodes, after its `stop` 
   merge patch) with the pod's service account token: the model server goes with the episodes.
 
 Every node of the pool that finds the run done asks the same (the calls are idempotent). The URLs,
-API versions and credential paths are facts in spoteval/providers.py (`POOL_SCALE`); the stack gives
+API versions and credentials are facts in spoteval/pool_engines.py (`POOL_SCALE`); the stack gives
 the node the permission for its own group only (components/pool_stop.py). `endpoint` and the
 agent's `metadata_url` point the calls at loopback servers in tests.
 """
@@ -33,7 +33,8 @@ from typing import Final
 
 from spoteval.agent.aws_price import credentials, sign_query_get
 from spoteval.agent.notices import Reply, http
-from spoteval.providers import AZURE, GCP, POOL_SCALE
+from spoteval.pool_engines import POOL_SCALE
+from spoteval.providers import AZURE, GCP
 
 #: engine -> the config fields its call needs (besides `engine`)
 REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {
@@ -161,15 +162,17 @@ def scale_to_zero(
     elif target.engine == "gcp_mig":
         assert GCP.metadata is not None
         base = (metadata_url or GCP.metadata.base_url).rstrip("/")
-        token = _token(base + fact.credential, GCP.metadata.headers, timeout)
+        token = _token(base + GCP.metadata.paths[fact.credential], GCP.metadata.headers, timeout)
         auth = {"Authorization": f"Bearer {token}"}
         reply = http(url, method="POST", headers=auth, data=b"", timeout=timeout)
     elif target.engine == "azure_vmss":
         assert AZURE.metadata is not None
         base = (metadata_url or AZURE.metadata.base_url).rstrip("/")
-        token = _token(base + fact.credential, AZURE.metadata.headers, timeout)
+        token = _token(base + AZURE.metadata.paths[fact.credential], AZURE.metadata.headers, timeout)
         if not target.subscription:
-            reply = http(base + fact.identity, headers=AZURE.metadata.headers, timeout=timeout)
+            reply = http(
+                base + AZURE.metadata.paths[fact.identity], headers=AZURE.metadata.headers, timeout=timeout
+            )
             try:
                 subscription = str(json.loads(reply.body)["subscriptionId"]) if reply.status == 200 else ""
             except (ValueError, KeyError, TypeError):
