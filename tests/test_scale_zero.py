@@ -11,10 +11,20 @@ from typing import Any
 import boto3
 import pytest
 
+from spoteval.agent.__main__ import main
 from spoteval.agent.config import ConfigError, parse
 from spoteval.agent.scale_zero import ScaleTarget, parse_target, scale_to_zero
 from tests import servers
+from tests.conftest import StoreTarget
 from tests.fake_api import FakeApi, Reply, Request
+from tests.fake_metadata import (
+    AgentProcess,
+    agent_config,
+    cleanup_tagged,
+    start_agent,
+    write_config,
+    write_manifest,
+)
 
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
@@ -170,3 +180,32 @@ def _boto(env: dict[str, str]) -> dict[str, str]:
         "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
         "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
     }
+
+
+def test_the_nodes_of_a_pool_that_find_the_run_done_ask_the_engine_for_zero_once_each(
+    s3_target: StoreTarget, api: FakeApi, tmp_path: Path
+) -> None:
+    ids = [f"e{i:02d}" for i in range(12)]
+    group = {"engine": "gcp_mig", "name": "r1-pool", "project": "p1", "region": "r1", "endpoint": api.url}
+    pool = {"batch": 4, "renew_s": 0.5, "expiry_s": 5.0, "scale_to_zero": group}
+    agents: list[AgentProcess] = []
+    try:
+        for node in ("a", "b"):
+            state = tmp_path / node
+            state.mkdir()
+            config = agent_config(
+                s3_target.url, s3_target.options, "sz1", state, node=node, pool=pool, metadata_url=api.url
+            )
+            path = write_config(state / "agent.json", config)
+            assert main(["manifest", "--config", path, write_manifest(tmp_path / "m.jsonl", ids)]) == 0
+            agents.append(start_agent(path, state))
+        for agent in agents:
+            assert agent.wait(120) == 0, agent.stderr()
+    finally:
+        for agent in agents:
+            cleanup_tagged(agent)
+    resizes = api.calls("POST", "/resize")
+    assert [(r.path, dict(r.query)) for r in resizes] == [
+        ("/compute/v1/projects/p1/regions/r1/instanceGroupManagers/r1-pool/resize", {"size": "0"})
+    ] * 2
+    assert all("gcp_mig r1-pool scaled to zero" in agent.stderr() for agent in agents)

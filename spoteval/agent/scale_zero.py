@@ -23,6 +23,7 @@ agent's `metadata_url` point the calls at loopback servers in tests.
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import urllib.error
 import urllib.request
@@ -184,7 +185,8 @@ def scale_to_zero(
         body = json.dumps({"sku": {"capacity": 0}}).encode()
         reply = http(url, method="PATCH", headers=headers, data=body, timeout=timeout)
     else:
-        token_file = (environ or {}).get("SPOTEVAL_K8S_TOKEN_FILE") or fact.credential
+        env = os.environ if environ is None else environ
+        token_file = env.get("SPOTEVAL_K8S_TOKEN_FILE") or fact.credential
         with open(token_file, encoding="utf-8") as f:
             token = f.read().strip()
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"}
