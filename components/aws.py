@@ -16,6 +16,7 @@ import pulumi
 import pulumi_aws as aws
 from pulumi_aws import autoscaling, ebs, ec2, iam, s3
 
+from components import pool_stop
 from components.aws_rules import (
     EventCapture,
     EventCaptureArgs,
@@ -459,6 +460,7 @@ class Pool(pulumi.ComponentResource):
         spot = node.spot
         self.group = autoscaling.Group(
             f"{name}-group",
+            name=pool_stop.group_name(s),
             min_size=node.count,
             max_size=node.count,
             desired_capacity=node.count,
@@ -528,6 +530,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         if settings.node.pool:
             pool = Pool(name, node_args, node_opts)
             node_ids, group_name = pool.node_ids, pool.group.name
+            pool_stop.aws(name, pool, identity.role.id, pool.group.arn, settings.run_id)
         else:
             node = Node(name, node_args, node_opts)
             node_ids, instance_id = node.node_ids, node.instance.id

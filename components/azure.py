@@ -24,6 +24,7 @@ from pulumi_azure_native import (
     storage,
 )
 
+from components import pool_stop
 from components.azure_holds import StaticAddress, WeightsCache
 from components.azure_rules import EventCapture, EventCaptureArgs, StopRules, StopRulesArgs
 from components.base import BuildContext, StackOutputs, child, held, short_hash
@@ -446,6 +447,7 @@ class Pool(pulumi.ComponentResource):
         node = s.node
         self.scale_set = compute.VirtualMachineScaleSet(
             f"{name}-gpu",
+            vm_scale_set_name=pool_stop.group_name(s),
             resource_group_name=args.resource_group,
             orchestration_mode="Uniform",
             overprovision=False,
@@ -552,6 +554,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         scope: pulumi.Input[str]
         if settings.node.pool:
             pool = Pool(name, node_args, node_opts)
+            pool_stop.azure(name, pool, settings, pool.scale_set.id, identity.identity.principal_id)
             node_ids, scope = pool.node_ids, group.id
         else:
             node = Node(name, node_args, node_opts)

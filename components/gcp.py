@@ -14,6 +14,7 @@ import pulumi
 import pulumi_gcp as gcp
 from pulumi_gcp import billing, compute, logging, serviceaccount, storage
 
+from components import pool_stop
 from components.base import BuildContext, StackOutputs, child, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.holds import exclusive, held_moved, moved_from
@@ -378,6 +379,7 @@ class Pool(pulumi.ComponentResource):
         )
         self.group = compute.RegionInstanceGroupManager(
             f"{name}-group",
+            name=pool_stop.group_name(s),
             region=s.region,
             base_instance_name=f"{s.run_id}-gpu",
             versions=[
@@ -532,6 +534,7 @@ def build(settings: Settings, context: BuildContext) -> StackOutputs:
         node_opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=depends))
         if settings.node.pool:
             pool = Pool(name, node_args, node_opts)
+            pool_stop.gcp(name, pool, settings, identity.account.email.apply(lambda e: f"serviceAccount:{e}"))
             node_ids, prefix = pool.node_ids, f"{settings.run_id}-gpu-"
         else:
             node = Node(name, node_args, node_opts)

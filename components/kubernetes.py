@@ -20,6 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes import apps, batch, core, meta
 
+from components import pool_stop
 from components.base import BuildContext, StackOutputs, child, held
 from components.holds import exclusive
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
@@ -452,6 +453,8 @@ class EvalWorkload(pulumi.ComponentResource):
             ),
             opts=exclusive(self, depends_on=[*depends, self.service]),
         )
+        if s.node.pool:  # the agent that finds the run done scales the model server to zero
+            pool_stop.kubernetes(name, self, s, ns, self.service_account.metadata.apply(lambda m: m.name))
         self.register_outputs({"job": self.job.metadata.name})
 
 

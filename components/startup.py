@@ -29,6 +29,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from components import pool_stop
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.eval_settings import NODE_PACKAGES, stages_manifest
 from components.settings import Settings
@@ -83,6 +84,18 @@ def has_manifest(settings: Settings) -> bool:
     return stages_manifest(settings.eval.harness, settings.eval.manifest)
 
 
+#: The agent's `pool` section for the nodes of a pool (batch of claims, lease renewal and expiry).
+POOL_DEFAULTS: Final[Mapping[str, Any]] = {"batch": 16, "renew_s": 10, "expiry_s": 45}
+
+
+def _pool_section(settings: Settings) -> dict[str, Any] | None:
+    """The agent's `pool` section for a pool's nodes, with the group it scales to zero when done."""
+    if not settings.node.pool:
+        return None
+    target = pool_stop.agent_target(settings)
+    return {**POOL_DEFAULTS, **({"scale_to_zero": target} if target else {})}
+
+
 def stack_config_args(settings: Settings, python: str = CONTAINER_PYTHON) -> dict[str, Any]:
     """What every node's agent config takes from the stack's settings (build_agent_config's keywords);
     `python` runs a harness's shards."""
@@ -105,6 +118,8 @@ def stack_config_args(settings: Settings, python: str = CONTAINER_PYTHON) -> dic
         "price_cap": settings.grant.price_cap,
         "heartbeat_s": settings.eval.heartbeat_s,
         "currency": settings.grant.currency,
+        # a pool (node.count > 1): the nodes divide the episodes through claims in the run record
+        "pool": _pool_section(settings),
     }
 
 

@@ -4,7 +4,7 @@
                             [--episodes N] [--concurrency C] [--lifetime-s S] [--notice-s S]
                             [--capacity-delay-s S] [--seed N] [--out DIR] [--timeout-s S]
                             [--manifest FILE.jsonl] [--harness inspect|lm-eval]
-                            [--preempt-after-samples N] [--shared] [--json]
+                            [--preempt-after-samples N] [--nodes K] [--shared] [--json]
 
 No cloud account: the store is a local folder (`file`, the default) or S3 on a moto server the drill
 starts on loopback (`s3`, needs `moto[server]`), or any store URL with its credentials in the
@@ -20,6 +20,10 @@ SIGTERM to the agent `--notice-s` before the end, SIGKILL of everything on the n
 capacity delay, and a restart through the node's startup path. At the end it prints the run report
 and the placement decision for the next run, and writes `timeline.png`, `report.txt`, `report.json`
 and the drill's own log (`drill.json`) into `--out` (default `drill-<time>/`).
+
+`--nodes K` (K > 1) rehearses a pool: K nodes of one run, each with its own agent config
+(`agent.json`, `agent-2.json`, ...), folder (`node-1/`, `node-2/`, ...), lifetimes and capacity
+waits, sharing the episodes through claims in the run record; the operator brings each back.
 
 Exit codes: 0 the run finished, 1 it did not finish within `--timeout-s`, 2 bad input.
 """
@@ -88,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout-s", type=float, default=d.timeout_s, help="stop the drill after (default %(default)s)"
     )
+    p.add_argument("--nodes", type=int, default=d.nodes, help="nodes sharing the run (default %(default)s)")
     p.add_argument("--out", help="folder for the drill's files (default drill-<time>)")
     p.add_argument("--shared", action="store_true", help="print the shared report (no ids, no prices)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -125,6 +130,7 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         manifest=Path(args.manifest) if args.manifest else None,
         harness=args.harness,
         preempt_after_samples=args.preempt_after_samples,
+        nodes=args.nodes,
     )
 
 

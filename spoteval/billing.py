@@ -401,6 +401,33 @@ def spend(events: Iterable[Event], now: datetime | None = None) -> Spend:
     )
 
 
+# --- run-wide rules of a pool --------------------------------------------------------------------
+
+#: The `details` key of an agent's `start` when it is one node of a pool (the config's `pool`
+#: section). In such a run `max_runtime_hours` bounds the wall time since the run's first start;
+#: in a lone node's run, its node time. The budget bounds the money of every node in both.
+POOL_KEY: Final = "pool"
+
+
+def is_pool(events: Iterable[Event]) -> bool:
+    """Whether any agent of the run started as one node of a pool."""
+    return any(e.kind == "start" and isinstance(e.details.get(POOL_KEY), dict) for e in events)
+
+
+def pool_wall_hours(events: Iterable[Event], now: datetime) -> float:
+    """Wall time from the run's first `start` to `now`, in hours (0 before any start)."""
+    starts = [e.time for e in events if e.kind == "start"]
+    return max(0.0, (now - min(starts)).total_seconds() / 3600.0) if starts else 0.0
+
+
+def runtime_hours(events: Sequence[Event], now: datetime, *, running: bool = True) -> float:
+    """What `max_runtime_hours` bounds, checked at `now`: a pool's wall time since its first start,
+    else the node time of the record (to `now` while a node runs, else to its last event)."""
+    if is_pool(events):
+        return pool_wall_hours(events, now)
+    return spend(events, now if running else None).hours
+
+
 # --- the agent's running total -------------------------------------------------------------------
 
 

@@ -191,11 +191,11 @@ class Store:
         except (BaseError, OSError) as exc:
             raise _failed(f"put {self.join(key)}", exc, missing_is_permanent=True) from None
 
-    def list(self, prefix: str) -> list[str]:
-        """Every key under `prefix` (recursively), sorted."""
+    def list(self, prefix: str, offset: str | None = None) -> list[str]:
+        """Every key under `prefix` (recursively), sorted; with `offset`, only the keys after it."""
         keys: list[str] = []
         try:
-            for batch in obstore.list(self._store, prefix=prefix, chunk_size=1000):
+            for batch in obstore.list(self._store, prefix=prefix, offset=offset, chunk_size=1000):
                 keys.extend(str(meta["path"]) for meta in batch)
         except FileNotFoundError:
             return []

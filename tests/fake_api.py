@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,6 +21,7 @@ class Request:
     path: str
     query: Mapping[str, str]
     body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 Reply = tuple[int, Any, Mapping[str, str]]
@@ -48,7 +49,7 @@ class FakeApi:
                     body = raw.decode(errors="replace")
                 parts = urlsplit(self.path)
                 query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-                request = Request(self.command, parts.path, query, body)
+                request = Request(self.command, parts.path, query, body, dict(self.headers.items()))
                 api.requests.append(request)
                 try:
                     status, reply, headers = api.handler(request)

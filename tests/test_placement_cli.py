@@ -217,6 +217,8 @@ def test_every_stack_of_the_repository_gives_a_decision(
         ({"lifetime_hours": 0}, "workload.lifetime_hours: must be > 0"),
         ({"episodes": 0}, "workload.episodes: must be > 0"),
         ({"concurrency": 0}, "workload.concurrency: must be > 0"),
+        ({"nodes": 0}, "workload.nodes: must be > 0"),
+        ({"nodes": -2}, "workload.nodes: must be > 0"),
         ({"prices": {"spot": 1.2, "on_demand": -3.4}}, "workload.prices.on_demand: must be >= 0"),
         ({"grant": {"price_cap": "high"}}, "workload.grant.price_cap: must be a number"),
     ],

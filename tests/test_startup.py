@@ -391,3 +391,13 @@ def test_kubernetes_pod_fills_in_its_name_and_runs_the_agent(tmp_path: Path) -> 
         == f"-m spoteval.agent manifest --config {tmp_path}/agent.json /etc/spot-eval/manifest.jsonl"
     )
     assert calls[-1] == f"-m spoteval.agent --config {tmp_path}/agent.json"
+
+
+def test_the_nodes_of_a_pool_get_the_pool_section_and_a_single_node_none() -> None:
+    single = agent_config(parse_with("aws-us-east-1"), store_url="s3://b/p")
+    pool = agent_config(parse_with("aws-us-east-1", node__count=3), store_url="s3://b/p")
+    assert "pool" not in single and parse_agent_config(single).pool is None
+    target = {"engine": "aws_asg", "name": "qwen7b-drill-aws-pool", "region": "us-east-1"}
+    assert pool["pool"] == {"batch": 16, "renew_s": 10, "expiry_s": 45, "scale_to_zero": target}
+    settings = parse_agent_config(pool).pool
+    assert settings is not None and (settings.batch, settings.renew_s, settings.expiry_s) == (16, 10.0, 45.0)

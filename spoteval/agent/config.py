@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 from urllib.parse import urlparse
 
+from spoteval.agent.claimed import PoolSettings, parse_pool
 from spoteval.config_reader import ErrorFactory, Reader
 from spoteval.providers import BY_KEY, KEYS
 from spoteval.record import MARKETS, RecordError, check_id
@@ -112,6 +113,7 @@ class AgentConfig:
     sigterm_grace_s: float | None = None
     flush_timeout_s: float = 300.0
     price_refresh_s: float | None = None  # None: the provider's interval (see agent/price.py)
+    pool: PoolSettings | None = None  # one of several nodes sharing the run (spoteval.claims)
 
     def store_options_with_defaults(self) -> dict[str, Any]:
         return {**STORE_DEFAULTS, **self.store_options}
@@ -312,9 +314,17 @@ def parse(raw: object) -> AgentConfig:
         sigterm_grace_s=top.opt_number("sigterm_grace_s", positive=True),
         flush_timeout_s=top.number("flush_timeout_s", 300.0, positive=True),
         price_refresh_s=top.opt_number("price_refresh_s", positive=True),
+        pool=_pool(top.value("pool")),
     )
     top.done()
     return config
+
+
+def _pool(raw: object) -> PoolSettings | None:
+    try:
+        return parse_pool(raw)
+    except ValueError as exc:
+        raise ConfigError(f"pool: {exc}") from None
 
 
 def load(path: str) -> AgentConfig:
@@ -366,6 +376,7 @@ def build_agent_config(
     spool_dir: str | None = None,
     work_dir: str | None = None,
     boot_file: str | None = None,
+    pool: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The agent's config as a JSON object (what `parse` reads); optional keys are left out when None.
 
@@ -418,6 +429,7 @@ def build_agent_config(
         ("spool_dir", spool_dir),
         ("work_dir", work_dir),
         ("boot_file", boot_file),
+        ("pool", None if pool is None else dict(pool)),
     )
     config.update({key: value for key, value in optional if value is not None})
     return config

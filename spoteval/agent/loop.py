@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from spoteval.agent import claimed, tally
 from spoteval.agent import episodes as ep
 from spoteval.agent import history as hist
-from spoteval.agent import tally
 from spoteval.agent.aws_metric import start_publisher
 from spoteval.agent.boot import billed_from, boot_times, ready_details
 from spoteval.agent.config import AgentConfig
@@ -55,6 +55,7 @@ from spoteval.agent.rules import RunState, Stop, outage_backlog, should_stop
 from spoteval.agent.starting import Starting
 from spoteval.agent.stopping import NOTICE_WAIT_S, Fatal, Stopping
 from spoteval.agent.uploader import ATTEMPT, EVENT, Item, Uploader
+from spoteval.billing import POOL_KEY
 from spoteval.manifest import ManifestEntry
 from spoteval.record import Attempt, Event, RunLayout, format_time, utc_now
 from spoteval.store import Store
@@ -95,11 +96,12 @@ class Agent(Starting, Stopping):
         self.health = ServerWatch(self.server, self.stopping_watchers, log)
         self.ledger = Ledger()  # this incarnation's money at each price it read
         self.spooled: list[Item] = []  # what an earlier incarnation left in the spool
+        self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         # scheduling state (this thread only)
-        self.pending: deque[str] = deque()
+        self.final: set[str] = set()
+        self.pending = claimed.queue_for(self)
         self.running: dict[str, ep.Running] = {}
         self.settling: list[tuple[ep.Running, ep.Ended]] = []
-        self.final: set[str] = set()
         self.failures: dict[str, int] = {}
         self.next_n: dict[str, int] = {}
         self.in_flight: dict[tuple[str, int], datetime] = {}
@@ -117,7 +119,6 @@ class Agent(Starting, Stopping):
         self.record_read_s = 0.0
         self.prev = hist.Billed(0.0, 0.0, {})
         self.billed_from = billed_from(config.node.provider, self.boot, started_wall)
-        self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         self.watchers: dict[str, Watcher] = {}
         self.uploader: Uploader | None = None
 
@@ -234,6 +235,7 @@ class Agent(Starting, Stopping):
         finally:
             self.stopping_watchers.set()
             self.health.stop()
+            self.pending.close()
             self.up.close()
 
     def _run(self) -> int:
@@ -262,6 +264,8 @@ class Agent(Starting, Stopping):
             "episodes": {"total": len(self.order), "final": len(self.final), "pending": len(self.pending)},
             "pid": os.getpid(),
         }
+        if self.config.pool is not None:  # the run-wide rules apply (spoteval/billing.py: POOL_KEY)
+            start_details[POOL_KEY] = self.config.pool.claims()
         start = self.event("start", reason, start_details)
         self._wait_durable(start, NOTICE_WAIT_S)
         self.log(
@@ -273,6 +277,7 @@ class Agent(Starting, Stopping):
         if interval is not None and self.price.source == "api":
             args = (self.config, interval, self.stopping_watchers, self.messages, self.log)
             threading.Thread(target=reread, args=args, name="price", daemon=True).start()
+        self.pending.fill(self.config.episodes.concurrency)
         if self.pending and not self._wait_healthy():
             return self._finish()
         self._loop()
@@ -339,11 +344,12 @@ class Agent(Starting, Stopping):
                 else:
                     idle = now - self.idle_since
                 self.has_work = bool(self.running or self.pending)
+                uptime_s, cost = claimed.figures(self)
                 state = RunState(
                     remaining=len(self.order) - len(self.final),
                     running=len(self.running),
-                    uptime_s=self._uptime_s(),
-                    cost=self._cost(),
+                    uptime_s=uptime_s,
+                    cost=cost,
                     idle_s=idle,
                     price_per_hour=self.price.per_hour,
                 )
@@ -418,6 +424,7 @@ class Agent(Starting, Stopping):
 
     def _dispatch(self) -> None:
         free = self._free_slots()
+        self.pending.fill(free)
         batch: list[ep.Running] = []
         while free > 0 and self.pending:
             episode = self.pending.popleft()
@@ -555,6 +562,8 @@ class Agent(Starting, Stopping):
     def _on_recorded(self, item: Item) -> None:
         if item.kind != ATTEMPT:
             return
+        if item.write_result and item.outcome != "refused":
+            self.pending.finished(str(item.payload["episode_id"]))
         details = item.payload.get("details") or {}
         if details.get("incarnation") == self.incarnation:
             self.in_flight.pop((str(item.payload["episode_id"]), int(details.get("dispatch", 0))), None)

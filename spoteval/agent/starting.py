@@ -16,13 +16,13 @@ phase; it declares the agent's state and steps it uses.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
 from spoteval.agent import history as hist
+from spoteval.agent.claimed import EpisodeQueue
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.health import ServerWatch
 from spoteval.agent.price import Price
@@ -49,7 +49,7 @@ class Starting:
     next_n: dict[str, int]
     failures: dict[str, int]
     final: set[str]
-    pending: deque[str]
+    pending: EpisodeQueue
     log: Callable[[str], None]
 
     @property
@@ -65,7 +65,7 @@ class Starting:
             now = utc_now()
             try:
                 with ThreadPoolExecutor(max_workers=16) as pool:
-                    history = hist.read_history(
+                    history = self.pending.read_history(
                         self.store,
                         self.layout,
                         self.order,

@@ -31,11 +31,13 @@ from typing import Any, Final
 
 from spoteval.agent import episodes as ep
 from spoteval.agent import rules, tally
+from spoteval.agent.claimed import EpisodeQueue
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.health import ServerWatch
 from spoteval.agent.notices import Notice, Watcher
 from spoteval.agent.power import power_off
 from spoteval.agent.rules import Stop
+from spoteval.agent.scale_zero import scale_to_zero
 from spoteval.agent.uploader import Item, Uploader
 from spoteval.record import format_time
 
@@ -56,7 +58,7 @@ class Stopping:
     deadline_mono: float
     stop: Stop | None
     exit_code: int
-    pending: deque[str]
+    pending: EpisodeQueue
     running: dict[str, ep.Running]
     settling: list[tuple[ep.Running, ep.Ended]]
     durations: deque[float]
@@ -208,6 +210,12 @@ class Stopping:
             )
             return 1
         self.log(f"stop ({stop.reason}): summary {json.dumps(details, sort_keys=True)}")
+        pool = self.config.pool
+        if stop.reason == "done" and pool is not None and pool.scale_to_zero is not None:
+            try:  # the pool's engine would replace a node that powers itself off: no node at all
+                self.log(scale_to_zero(pool.scale_to_zero, metadata_url=self.config.metadata_url))
+            except OSError as exc:
+                self.log(f"scaling the pool to zero failed: {exc}; the operator or a person must do it")
         if self.config.stop_rules.on_done == "poweroff":
             return self.exit_code if power_off(self.config.stop_rules.poweroff_command, self.log) else 1
         return self.exit_code

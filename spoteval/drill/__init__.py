@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from spoteval.drill.command import report_of, run_command, summary
 from spoteval.drill.config import (
+    DRILL_POOL,
     NODE_ID,
     ON_DEMAND_PRICE,
     SAMPLE_FAIL_RATE,
@@ -37,6 +38,7 @@ from spoteval.drill.node import node_main
 from spoteval.drill.procs import Proc, descendants, episodes_in, frozen, identifiable, kill_node, processes
 
 __all__ = [
+    "DRILL_POOL",
     "NODE_ID",
     "ON_DEMAND_PRICE",
     "SAMPLE_FAIL_RATE",

@@ -45,7 +45,8 @@ def summary(result: DrillResult) -> str:
     in_flight = sum(len(k.in_flight) for k in result.kills)
     lines = [
         f"Drill: {result.results}/{result.episodes} episodes have a result after {secs:.0f} s; "
-        f"{result.incarnations} node start(s), {len(result.kills)} preemption(s) "
+        + ("" if result.config.nodes == 1 else f"{result.config.nodes} nodes, ")
+        + f"{result.incarnations} node start(s), {len(result.kills)} preemption(s) "
         f"({in_flight} episode(s) in flight at the notices)" + ("" if result.finished else "; NOT FINISHED"),
     ]
     lines += [f"  note: {n}" for n in result.notes]
@@ -76,7 +77,8 @@ def run_command(cfg: DrillConfig, *, as_json: bool = False, shared: bool = False
             f"python -m scripts.report --store {result.store_url} --run {result.run_id} "
             f"--workload {out / 'workload.json'}"
         )
-        print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, agent.json, node/logs/")
+        nodes = "agent.json, node/logs/" if result.config.nodes == 1 else "agent*.json, node-*/logs/"
+        print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, {nodes}")
         if result.store_url.startswith("file://"):
             print(f"Report again: {again}")
     return 0 if result.finished else 1

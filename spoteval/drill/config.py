@@ -70,8 +70,11 @@ class DrillConfig:
     #: harness drills: the node's first life ends (notice, then kill) once this many samples are in
     #: the store, whatever its drawn lifetime; later lives are drawn as usual
     preempt_after_samples: int | None = None
+    nodes: int = 1  # K > 1: K nodes of one run sharing its episodes through claims (a pool)
 
     def check(self) -> None:
+        if self.nodes < 1:
+            raise DrillError(f"--nodes must be >= 1, got {self.nodes}")
         for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -119,6 +122,7 @@ class Kill:
     observed: bool  # False when episodes cannot be told apart by their command lines
     agent_exit: int | None  # the agent's exit code, when it had exited before the kill
     capacity_delay_s: float
+    node: str = NODE_ID
 
 
 @dataclass(frozen=True)
@@ -156,9 +160,11 @@ class DrillResult:
                 "capacity_delay_s": self.config.capacity_delay_s,
                 "concurrency": self.config.concurrency,
                 "seed": self.config.seed,
+                "nodes": self.config.nodes,
             },
             "kills": [
                 {
+                    "node": k.node,
                     "incarnation": k.incarnation,
                     "launched": format_time(k.launched),
                     "lifetime_s": k.lifetime_s,
@@ -231,17 +237,37 @@ def standin_command(cfg: DrillConfig) -> tuple[str, ...]:
     )
 
 
+#: The agents' `pool` section in a drill of K > 1 nodes: renewals and expiry scaled to its seconds.
+DRILL_POOL: Final = {"batch": 8, "renew_s": 1.0, "expiry_s": 5.0}
+
+
+def node_id(cfg: DrillConfig, index: int) -> str:
+    """Node `index` (1..K) of the drill: `drill-node-1` alone, `drill-node-{i}` in a pool."""
+    return NODE_ID if index == 1 else f"drill-node-{index}"
+
+
+def node_dir(cfg: DrillConfig, index: int) -> Path:
+    """The node's own folder (spool, work, boot file, logs): `node/`, in a pool `node-{i}/`."""
+    return cfg.out.resolve() / ("node" if cfg.nodes == 1 else f"node-{index}")
+
+
 def agent_config(
-    cfg: DrillConfig, run_id: str, store_url: str, store_options: Mapping[str, Any], port: int
+    cfg: DrillConfig,
+    run_id: str,
+    store_url: str,
+    store_options: Mapping[str, Any],
+    port: int,
+    *,
+    index: int = 1,
 ) -> dict[str, Any]:
-    """The agent's config for the drill's node (the same one at every start)."""
-    node_dir = cfg.out.resolve() / "node"
+    """The agent's config for the drill's node `index` (the same one at every start)."""
+    folder = node_dir(cfg, index)
     server = [a.replace("{port}", str(port)) for a in (cfg.server_command or standin_command(cfg))]
     return build_agent_config(
         run_id=run_id,
         store=store_url,
         store_options=store_options,
-        node_id=NODE_ID,
+        node_id=node_id(cfg, index),
         **NODE_PLACE,
         server_url=f"http://127.0.0.1:{port}",
         server_command=server,
@@ -254,10 +280,11 @@ def agent_config(
         currency="USD",
         on_done="exit",
         heartbeat_s=cfg.heartbeat_s,
-        spool_dir=str(node_dir / "spool"),
-        work_dir=str(node_dir / "work"),
-        boot_file=str(node_dir / "boot.json"),
+        spool_dir=str(folder / "spool"),
+        work_dir=str(folder / "work"),
+        boot_file=str(folder / "boot.json"),
         sigterm_grace_s=max(cfg.notice_s, 0.1),
+        pool=DRILL_POOL if cfg.nodes > 1 else None,
     )
 
 

@@ -40,7 +40,6 @@ from typing import Any, Final
 
 from spoteval import loopback
 from spoteval.drill.config import (
-    NODE_ID,
     NODE_PLACE,
     ON_DEMAND_PRICE,
     DrillConfig,
@@ -51,6 +50,8 @@ from spoteval.drill.config import (
     base_workload,
     eval_command,
     harness_plan,
+    node_dir,
+    node_id,
 )
 from spoteval.drill.display import Display
 from spoteval.drill.node import pythonpath
@@ -104,7 +105,7 @@ class Drill:
         self.display = display
         self.out = cfg.out.resolve()
         self.moto: loopback.Server | None = None
-        self.plane: LocalPlane | None = None
+        self.planes: list[LocalPlane] = []
         self.notes: list[str] = []
         self.lifetimes = random.Random(f"lifetimes:{cfg.seed}")
         self.delays = random.Random(f"capacity:{cfg.seed}")
@@ -153,8 +154,9 @@ class Drill:
 
     # the provider ---------------------------------------------------------------------------
 
-    def _launch(self, config: Path, incarnation: int) -> subprocess.Popen[bytes]:
-        logs = self.out / "node" / "logs"
+    def _launch(self, config: Path, incarnation: int, index: int = 1) -> subprocess.Popen[bytes]:
+        folder = node_dir(self.cfg, index)
+        logs = folder / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = open(logs / f"node-{incarnation}.log", "wb")  # noqa: SIM115 - the child holds it
         try:
@@ -167,7 +169,7 @@ class Drill:
                     "--config",
                     str(config),
                     "--boot-file",
-                    str(self.out / "node" / "boot.json"),
+                    str(folder / "boot.json"),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -177,18 +179,20 @@ class Drill:
         finally:
             log.close()
 
-    def _write_preempted(self, store: Store, layout: RunLayout, at: datetime, launched: datetime) -> None:
+    def _write_preempted(
+        self, store: Store, layout: RunLayout, at: datetime, launched: datetime, node: str
+    ) -> None:
         event = Event(
             time=at,
             run_id=layout.run_id,
-            node=NODE_ID,
+            node=node,
             kind="preempted",
             reason="provider",
             **NODE_PLACE,
             details={"observer": "drill", "launch_time": format_time(launched)},
         )
         self.preempted_seq += 1
-        store.put_new(layout.event(at, NODE_ID, self.preempted_seq), event.dumps())
+        store.put_new(layout.event(at, node, self.preempted_seq), event.dumps())
 
     def _count_results(self, store: Store, layout: RunLayout) -> int:
         try:
@@ -208,8 +212,8 @@ class Drill:
             self._stop_node()
 
     def _stop_node(self) -> None:
-        if self.plane is not None:
-            self.plane.stop(30.0)
+        for plane in self.planes:
+            plane.stop(30.0)
 
     def close(self) -> None:
         """End whatever still runs: the node, and the moto server (the record goes with it)."""
@@ -231,28 +235,36 @@ class Drill:
         manifest_path = self.out / "manifest.jsonl"
         manifest_path.write_bytes(dump_manifest(entries))
         config_path = self.out / "agent.json"
-        config_path.write_text(
-            json.dumps(agent_config(cfg, run_id, store_url, options, free_port()), indent=2) + "\n"
-        )
+        configs = [config_path] + [self.out / f"agent-{i}.json" for i in range(2, cfg.nodes + 1)]
+        for i, path in enumerate(configs, start=1):
+            agent = agent_config(cfg, run_id, store_url, options, free_port(), index=i)
+            path.write_text(json.dumps(agent, indent=2) + "\n")
         base = base_workload(len(entries), cfg.capacity_delay_s)
         (self.out / "workload.json").write_text(json.dumps(base, indent=2) + "\n")
         upload = self._agent_cli("manifest", "--config", str(config_path), str(manifest_path))
         if upload.returncode != 0:
             raise DrillError(f"uploading the manifest failed: {_last_line(upload.stderr)}")
         self._log(
-            f"run {run_id}: {len(entries)} episodes, concurrency {cfg.concurrency}, store {store_url}; "
+            f"run {run_id}: {len(entries)} episodes, {cfg.nodes} node(s), concurrency {cfg.concurrency}, "
+            f"store {store_url}; "
             f"lifetimes exponential with mean {cfg.lifetime_s:g} s, notice {cfg.notice_s:g} s, "
             f"capacity delay mean {cfg.capacity_delay_s:g} s, seed {cfg.seed}"
         )
         life = _Life(
             store, layout, config_path, frozenset(e.id for e in entries), time.monotonic() + cfg.timeout_s
         )
-        self.plane = plane = LocalPlane(
-            lambda n: self._launch(config_path, n), boot_file=self.out / "node" / "boot.json"
-        )
+        self.planes = [
+            LocalPlane(
+                lambda n, i=i, c=c: self._launch(c, n, i),  # type: ignore[misc]
+                node=node_id(cfg, i),
+                boot_file=node_dir(cfg, i) / "boot.json",
+            )
+            for i, c in enumerate(configs, start=1)
+        ]
+        members = [_Member(plane, i) for i, plane in enumerate(self.planes, start=1)]
         operator = Operator(
-            local_outputs(run_id, store_url),
-            {NODE_ID: plane},
+            local_outputs(run_id, store_url, tuple(p.node for p in self.planes)),
+            {p.node: p for p in self.planes},
             DRILL_GRANT,
             store,
             timing=OPERATOR_TIMING,
@@ -260,14 +272,15 @@ class Drill:
         )
         kills: list[Kill] = []
         exit_codes: list[int | None] = []
-        plane.start(30.0)  # the stack coming up: the node's first start (its agent records `initial`)
+        for plane in self.planes:  # the stack coming up: each node's first start (`initial`)
+            plane.start(30.0)
         operating = threading.Event()
         thread = threading.Thread(
             target=self._operate, args=(operator, operating), name="operator", daemon=True
         )
         thread.start()
         try:
-            finished = self._loop(life, plane, operator, kills, exit_codes)
+            finished = self._loop(life, members, operator, kills, exit_codes)
         finally:
             operating.set()
             thread.join(timeout=60)
@@ -278,7 +291,7 @@ class Drill:
             store_options=options,
             started=started,
             ended=utc_now(),
-            incarnations=plane.starts,
+            incarnations=sum(p.starts for p in self.planes),
             kills=tuple(kills),
             finished=finished,
             episodes=len(entries),
@@ -300,67 +313,83 @@ class Drill:
     def _loop(
         self,
         life: _Life,
-        plane: LocalPlane,
+        members: list[_Member],
         operator: Operator,
         kills: list[Kill],
         exit_codes: list[int | None],
     ) -> bool:
-        """Chaos until every episode has a result (True) or the time limit (False)."""
+        """Chaos on every node until every episode has a result (True) or the time limit (False)."""
         cfg = self.cfg
-        chaos = _Chaos()
-        early = 0  # node starts in a row whose agent exited by itself before the run was done
         while True:
             now = time.monotonic()
             done = self._count_results(life.store, life.layout)
             all_done = done >= len(life.ids)
-            if plane.starts != chaos.start:  # the node was started (by the operator after the first)
-                chaos = self._new_life(plane)
-            exit_codes.extend(code for _, code in plane.exits())
-            if (
-                not chaos.over and not plane.state().running
-            ):  # it ended by itself (or the operator stopped it)
-                chaos.over = True
-                code = plane.process.returncode if plane.process is not None else None
-                if all_done:
-                    who = "the operator" if plane.state().raw == "stopped" else "itself"
-                    self._log(f"node stopped by {who} (exit {code}): every episode has its result")
-                    return True
-                tail = _tail(self.out / "node" / "logs" / f"node-{chaos.start}.log")
-                status = operator.status()[0]
-                early += 1
-                if code == 2 or early == 3 or not status.retry:
-                    # a config the agent refuses, an agent that keeps stopping, or one that stopped
-                    # for good (a stop rule): nothing will finish the run
-                    raise DrillError(
-                        f"the agent exited with {code} before the run was done ({status.label}): {tail}"
-                    )
-                self.notes.append(
-                    f"node start {chaos.start}: the agent exited with {code} before the run was done"
-                )
-                self._log(f"{self.notes[-1]}: {tail}")
-            if chaos.by_samples and not chaos.over:
-                self._preempt_by_samples(life, chaos, now)
-            if not chaos.over:
-                kill = self._chaos(life, chaos, plane, now=now, all_done=all_done)
-                if kill is not None:
-                    early = 0
-                    kills.append(kill)
-                    exit_codes.append(kill.agent_exit)
-                    self._log(f"node taken (preempted); capacity comes back in {kill.capacity_delay_s:.1f} s")
-            if all_done and chaos.over:
+            for m in members:
+                self._watch(m, life, operator, kills, exit_codes, now=now, all_done=all_done)
+            if all_done and all(m.chaos.over for m in members):
                 return True
             if now >= life.deadline:
-                plane.stop(30.0)
+                self._stop_node()
                 self.notes.append(
                     f"stopped at the time limit of {cfg.timeout_s:g} s before every episode had a result"
                 )
                 self._log(self.notes[-1])
                 return False
-            phase = "running" if not chaos.over else "waiting for capacity"
-            if chaos.notice_at is not None and not chaos.over:
-                phase = "notice sent"
-            self._status(done, len(life.ids), max(1, plane.starts), len(kills), phase)
+            self._status(done, len(life.ids), members, len(kills))
             time.sleep(0.05)
+
+    def _watch(
+        self,
+        m: _Member,
+        life: _Life,
+        operator: Operator,
+        kills: list[Kill],
+        exit_codes: list[int | None],
+        *,
+        now: float,
+        all_done: bool,
+    ) -> None:
+        """One node: a new life when it was started, its own end, the provider's notice and kill."""
+        plane = m.plane
+        if plane.starts != m.chaos.start:  # the node was started (by the operator after the first)
+            m.chaos = self._new_life(plane)
+        exit_codes.extend(code for _, code in plane.exits())
+        if not m.chaos.over and not plane.state().running:  # it ended by itself (or was stopped)
+            m.chaos.over = True
+            code = plane.process.returncode if plane.process is not None else None
+            if all_done:
+                who = "the operator" if plane.state().raw == "stopped" else "itself"
+                self._log(f"{self._name(plane)}stopped by {who} (exit {code}): every episode has its result")
+                return
+            tail = _tail(node_dir(self.cfg, m.index) / "logs" / f"node-{m.chaos.start}.log")
+            status = operator.status()[m.index - 1]
+            m.early += 1
+            if code == 2 or m.early == 3 or not status.retry:
+                # a config the agent refuses, an agent that keeps stopping, or one that stopped
+                # for good (a stop rule): nothing will finish the run
+                raise DrillError(
+                    f"the agent exited with {code} before the run was done ({status.label}): {tail}"
+                )
+            self.notes.append(
+                f"{self._name(plane)}start {m.chaos.start}: the agent exited with {code} "
+                "before the run was done"
+            )
+            self._log(f"{self.notes[-1]}: {tail}")
+        if m.chaos.by_samples and not m.chaos.over:
+            self._preempt_by_samples(life, m.chaos, now)
+        if not m.chaos.over:
+            kill = self._chaos(life, m.chaos, plane, now=now, all_done=all_done)
+            if kill is not None:
+                m.early = 0
+                kills.append(kill)
+                exit_codes.append(kill.agent_exit)
+                self._log(
+                    f"{self._name(plane)}taken (preempted); capacity comes back in "
+                    f"{kill.capacity_delay_s:.1f} s"
+                )
+
+    def _name(self, plane: LocalPlane) -> str:
+        return "node " if self.cfg.nodes == 1 else f"{plane.node} "
 
     def _new_life(self, plane: LocalPlane) -> _Chaos:
         """The node has just started: draw how long the provider lets it live."""
@@ -369,9 +398,11 @@ class Drill:
         notice_s = self.cfg.notice_s
         if self.cfg.preempt_after_samples is not None and plane.starts == 1:
             n = self.cfg.preempt_after_samples
-            self._log(f"node start 1 (it will be taken once {n} harness samples are in the store)")
+            self._log(
+                f"{self._name(plane)}start 1 (it will be taken once {n} harness samples are in the store)"
+            )
             return _Chaos(start=1, launched=plane.launched or utc_now(), over=False, by_samples=True)
-        self._log(f"node start {plane.starts} (its lifetime will be {lifetime:.1f} s)")
+        self._log(f"{self._name(plane)}start {plane.starts} (its lifetime will be {lifetime:.1f} s)")
         return _Chaos(
             start=plane.starts,
             lifetime=lifetime,
@@ -435,7 +466,7 @@ class Drill:
         plane.take(delay)
         chaos.over = True
         killed_at = utc_now()
-        self._write_preempted(life.store, life.layout, killed_at, chaos.launched)
+        self._write_preempted(life.store, life.layout, killed_at, chaos.launched, plane.node)
         return Kill(
             incarnation=chaos.start,
             launched=chaos.launched,
@@ -446,14 +477,23 @@ class Drill:
             observed=identifiable(eval_command(self.cfg)),
             agent_exit=code,
             capacity_delay_s=delay,
+            node=plane.node,
         )
 
-    def _status(self, done: int, total: int, incarnation: int, kills: int, phase: str) -> None:
-        if self.display is not None:
-            self.display.update(
-                max(0, done),
-                f"node start {incarnation}: {phase}; interruptions {kills}; restarts {incarnation - 1}",
-            )
+    def _status(self, done: int, total: int, members: list[_Member], kills: int) -> None:
+        if self.display is None:
+            return
+        starts = sum(m.plane.starts for m in members)
+        if len(members) == 1:
+            c = members[0].chaos
+            phase = "running" if not c.over else "waiting for capacity"
+            if c.notice_at is not None and not c.over:
+                phase = "notice sent"
+            text = f"node start {max(1, starts)}: {phase}; interruptions {kills}; restarts {starts - 1}"
+        else:
+            up = sum(1 for m in members if not m.chaos.over)
+            text = f"{up}/{len(members)} nodes up; interruptions {kills}; restarts {starts - len(members)}"
+        self.display.update(max(0, done), text)
 
 
 @dataclass
@@ -469,6 +509,16 @@ class _Chaos:
     in_flight: set[str] = field(default_factory=set)
     over: bool = True  # taken, or ended by itself
     by_samples: bool = False  # taken once `preempt_after_samples` samples are in the store
+
+
+@dataclass
+class _Member:
+    """One node of the drill: its control plane, its current life, its early exits in a row."""
+
+    plane: LocalPlane
+    index: int
+    chaos: _Chaos = field(default_factory=_Chaos)
+    early: int = 0
 
 
 @dataclass(frozen=True)

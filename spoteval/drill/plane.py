@@ -32,13 +32,13 @@ from spoteval.record import utc_now
 PROVIDER: Final = "local"
 
 
-def local_outputs(run_id: str, store_url: str) -> StackOutputs:
-    """The drill's "stack outputs": what a real stack exports, for the local node."""
+def local_outputs(run_id: str, store_url: str, node_ids: tuple[str, ...] = (NODE_ID,)) -> StackOutputs:
+    """The drill's "stack outputs": what a real stack exports, for the local node(s)."""
     return StackOutputs(
         provider=NODE_PLACE["provider"],
         region=NODE_PLACE["region"],
         zone=NODE_PLACE["zone"],
-        node_ids=(NODE_ID,),
+        node_ids=node_ids,
         instance_type=NODE_PLACE["instance_type"],
         market=NODE_PLACE["market"],
         bucket_url=store_url,

@@ -14,7 +14,8 @@ Order of the rules:
 3. The node holds capacity: stopped when the budget is spent (`stop_rule:budget`), its agent served
    and has written nothing for `idle_minutes` (`stop_rule:idle`: the agent is gone; on Azure and
    wherever no provider-side rule watches the agent, this is the idle stop), the run's node time
-   reached `max_runtime_hours` (`stop_rule:max_runtime`), or, where the provider's engine
+   (a pool's: its wall time since its first start) reached `max_runtime_hours`
+   (`stop_rule:max_runtime`), or, where the provider's engine
    restarted it, the price now is above the cap (`stop_rule:price_cap`); else nothing.
 4. The node was taken and work remains (for a pool whose engine does not restore its members, also
    when it serves with fewer members than the stack's size): where the provider's engine restarts
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from spoteval.billing import spend
+from spoteval.billing import is_pool, runtime_hours
 from spoteval.clouds import Price
 from spoteval.grant import Grant, GrantError, Refusal
 from spoteval.operate.journal import RunView
@@ -122,8 +123,13 @@ def _refuse(exc: GrantError, price: Price | None) -> Action:
     return Action(REFUSE, reason, str(exc), price, HINTS.get(reason))
 
 
-def _runtime_hours(run: RunView, now: datetime | None) -> float:
-    return spend(run.events, now).hours
+def _runtime_hours(run: RunView, now: datetime, *, running: bool) -> float:
+    return runtime_hours(run.events, now, running=running)
+
+
+def _runtime_message(run: RunView, hours: float, limit: float) -> str:
+    what = "the pool's wall time since its first start" if is_pool(run.events) else "the run's node time"
+    return f"{what} {hours:.3f} h reached max_runtime_hours {limit:g}"
 
 
 def _agent_silent_s(view: NodeView, run: RunView, now: datetime) -> float | None:
@@ -159,14 +165,10 @@ def _holding(view: NodeView, grant: Grant, run: RunView, now: datetime, price: P
             f"{grant.idle_minutes:g}): the agent is gone and the node holds a GPU",
             price,
         )
-    hours = _runtime_hours(run, now)
+    hours = _runtime_hours(run, now, running=True)
     if grant.max_runtime_hours is not None and hours >= grant.max_runtime_hours:
-        return Action(
-            STOP,
-            "stop_rule:max_runtime",
-            f"the run's node time {hours:.3f} h reached max_runtime_hours {grant.max_runtime_hours:g}",
-            price,
-        )
+        message = _runtime_message(run, hours, grant.max_runtime_hours)
+        return Action(STOP, "stop_rule:max_runtime", message, price)
     if view.engine and grant.price_cap is not None:
         if price is None:
             return Action(READ_PRICE, None, "the provider's engine started it: checking the price cap")
@@ -217,9 +219,9 @@ def decide(
         grant.check_instance_type(view.instance_type, "instance_types")
     except GrantError as exc:
         return _refuse(exc, price)
-    hours = _runtime_hours(run, None)  # the node is not running: its billed time ended with its record
+    hours = _runtime_hours(run, now, running=False)  # the node's billed time ended with its record
     if grant.max_runtime_hours is not None and hours >= grant.max_runtime_hours:
-        message = f"the run's node time {hours:.3f} h reached max_runtime_hours {grant.max_runtime_hours:g}"
+        message = _runtime_message(run, hours, grant.max_runtime_hours)
         return _refuse(Refusal("max_runtime_hours", message, "stop_rule:max_runtime"), price)
     if price is None:
         return Action(READ_PRICE, None, "reading the price before a start")

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from spoteval.placement.workload import OPTIONS, Workload
@@ -109,19 +109,23 @@ def closed_form(workload: Workload, tau: float | None = None) -> dict[str, Estim
     work = workload.rounds * workload.episode_hours
     out: dict[str, Estimate] = {}
     billed = spot_billed_hours(workload, tau)
-    wall = billed * (workload.wait_hours + tau) / tau
+    wall = billed * (workload.wait_hours + tau) / tau / workload.nodes  # k nodes share the rounds
     out["spot"] = Estimate(
         billed_hours=billed,
         wall_hours=wall,
         expected_cost=workload.prices.spot * billed if billed < math.inf else math.inf,
         efficiency=work / billed,
     )
-    steady = workload.boot_hours + work
+    steady = workload.nodes * workload.boot_hours + work  # every node boots once
+    steady_wall = workload.boot_hours + work / workload.nodes
     for name in OPTIONS[1:]:
         price = workload.prices.of(name)
         if price is not None:
             out[name] = Estimate(
-                billed_hours=steady, wall_hours=steady, expected_cost=price * steady, efficiency=work / steady
+                billed_hours=steady,
+                wall_hours=steady_wall,
+                expected_cost=price * steady,
+                efficiency=work / steady,
             )
     return out
 
@@ -170,9 +174,14 @@ class BreakEven:
     against: str | None
     threshold: float | None
     note: str
+    #: a pool (nodes > 1) with a deadline: the fewest nodes whose spot pool meets it (closed form)
+    nodes_for_deadline: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"tau_hours": self.tau_hours, "price_ratio": self.price_ratio}
+        out: dict[str, Any] = {"tau_hours": self.tau_hours, "price_ratio": self.price_ratio}
+        if self.nodes_for_deadline is not None:
+            out["nodes_for_deadline"] = self.nodes_for_deadline
+        return out
 
 
 @dataclass(frozen=True)
@@ -301,7 +310,7 @@ def place(workload: Workload, spot_p_deadline: float | None = None, runs: int | 
         decision=decision,
         reasons=tuple(reasons),
         options=options,
-        break_even=break_even(workload, options),
+        break_even=replace(break_even(workload, options), nodes_for_deadline=nodes_for_deadline(workload)),
     )
 
 
@@ -387,6 +396,17 @@ def _bisect_log(f: Callable[[float], float], low: float, high: float) -> float:
         if b - a < 1e-12:
             break
     return math.exp((a + b) / 2)
+
+
+def nodes_for_deadline(workload: Workload) -> int | None:
+    """For a pool with a deadline: the fewest nodes k whose spot pool's expected wall time (closed
+    form, wall(k) = wall(1) / k) is within the deadline; None for a single node or no deadline."""
+    if workload.nodes == 1 or workload.deadline_hours is None:
+        return None
+    one = closed_form(replace(workload, nodes=1))["spot"].wall_hours
+    if not math.isfinite(one):
+        return None
+    return max(1, math.ceil(one / workload.deadline_hours - 1e-9))
 
 
 def break_even(workload: Workload, options: Mapping[str, OptionResult]) -> BreakEven:

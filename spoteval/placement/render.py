@@ -66,6 +66,17 @@ def report_lines(
             f"N = {w.episodes} of {length} ({w.episode_hours:.4g} h), C = {w.concurrency} at a time",
         ),
         ("rounds", f"n = N/C = {w.rounds:g}"),
+        *(
+            [
+                (
+                    "nodes",
+                    f"k = {w.nodes} sharing one queue, each preempted and booted on its own: "
+                    f"n/k = {w.node_rounds:g}",
+                )
+            ]
+            if w.nodes > 1
+            else []
+        ),
         ("lifetime", f"tau = {w.lifetime_hours:g} h (mean time from start to preemption){interval}"),
         (
             "restart",
@@ -161,6 +172,14 @@ def report_lines(
         )
     else:
         lines.append(("", "  price ratio: none (no eligible option to compare spot's price with)"))
+    if be.nodes_for_deadline is not None:
+        lines.append(
+            (
+                "",
+                f"  nodes: {be.nodes_for_deadline} spot node(s) meet the {w.deadline_hours:g} h deadline "
+                "(closed form)",
+            )
+        )
     lines.append(("", ""))
 
     if warnings:

@@ -46,7 +46,7 @@ a few runs, which the simulation shows rather than hides.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -170,6 +170,18 @@ def _summary(
     )
 
 
+def _shares(episodes: int, nodes: int) -> list[int]:
+    """Episodes per node of a pool sharing one queue (the end-of-run stealing evens them out)."""
+    return [n for n in (episodes // nodes + (1 if i < episodes % nodes else 0) for i in range(nodes)) if n]
+
+
+def _child(seq: np.random.SeedSequence, node: int) -> np.random.SeedSequence:
+    """Node `node`'s random numbers: node 0 keeps the single-node stream; the same for every strategy."""
+    if node == 0:
+        return seq
+    return np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, node))
+
+
 def simulate(
     workload: Workload,
     *,
@@ -207,11 +219,11 @@ def simulate(
     seq_alloc, seq_od, seq_episodes = np.random.SeedSequence(seed).spawn(3)
     od_boot = boots.sample(np.random.default_rng(seq_od), (runs,))
 
-    def run(reliable: bool, switch_deadline: float | None) -> _Outcome:
-        draws = _Draws(runs, lifetimes, waits, boots, seq_alloc)
+    def one(w: Workload, node: int, reliable: bool, switch_deadline: float | None) -> _Outcome:
+        draws = _Draws(runs, lifetimes, waits, boots, _child(seq_alloc, node))
         if engine == "lockstep":
             return _run_lockstep(
-                workload,
+                w,
                 draws,
                 od_boot,
                 reliable=reliable,
@@ -219,13 +231,30 @@ def simulate(
                 max_allocations=max_allocations,
             )
         return _run_events(
-            workload,
+            w,
             draws,
             od_boot,
-            seq_episodes,
+            _child(seq_episodes, node),
             reliable=reliable,
             deadline=switch_deadline,
             max_allocations=max_allocations,
+        )
+
+    def run(reliable: bool, switch_deadline: float | None) -> _Outcome:
+        if workload.nodes == 1:
+            return one(workload, 0, reliable, switch_deadline)
+        # k nodes sharing one queue: each runs its share of the episodes, preempted independently,
+        # with its own boots; the pool's wall time is its slowest node's, its bill the sum
+        outcomes = [
+            one(replace(workload, episodes=share, nodes=1), node, reliable, switch_deadline)
+            for node, share in enumerate(_shares(workload.episodes, workload.nodes))
+        ]
+        return _Outcome(
+            spot_billed=np.sum([o.spot_billed for o in outcomes], axis=0),
+            od_billed=np.sum([o.od_billed for o in outcomes], axis=0),
+            wall=np.max([o.wall for o in outcomes], axis=0),
+            switched=np.any([o.switched for o in outcomes], axis=0),
+            preemptions=np.sum([o.preemptions for o in outcomes], axis=0),
         )
 
     results: dict[str, StrategyResult] = {}

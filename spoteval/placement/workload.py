@@ -69,6 +69,7 @@ WORKLOAD_KEYS: Final = frozenset(
         "deadline_confidence",
         "spot_margin",
         "grant",
+        "nodes",
     }
 )
 RESTART_KEYS: Final = frozenset({"wait_minutes", "boot_minutes"})
@@ -124,11 +125,18 @@ class Workload:
     lifetime_interval_hours: tuple[float, float] | None = None
     #: `concurrency` per "node" or per "gpu" (see CONCURRENCY_PER)
     concurrency_per: str = "node"
+    #: k nodes sharing one queue of episodes, each preempted independently, each with its own boot
+    nodes: int = 1
 
     @property
     def rounds(self) -> float:
         """n = N / C, the number of rounds of C episodes in flight (fluid: may be fractional)."""
         return self.episodes / self.concurrency
+
+    @property
+    def node_rounds(self) -> float:
+        """n / k: the rounds each of the k nodes runs (fluid)."""
+        return self.rounds / self.nodes
 
     @property
     def episode_lengths_hours(self) -> tuple[float, ...]:
@@ -155,6 +163,7 @@ class Workload:
             "deadline_confidence": self.deadline_confidence,
             "spot_margin": self.spot_margin,
             "grant": self.grant.to_json(),
+            **({"nodes": self.nodes} if self.nodes > 1 else {}),
         }
 
 
@@ -199,6 +208,7 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
     per = read.value("concurrency_per") or "node"
     if per not in CONCURRENCY_PER:
         read.fail("concurrency_per", f"must be one of {', '.join(CONCURRENCY_PER)}, got {per!r}")
+    nodes = read.integer("nodes", 1, positive=True, whole_floats=True)
     lifetime = read.number("lifetime_hours", positive=True)
 
     restart = read.section("restart", RESTART_KEYS)
@@ -241,6 +251,7 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         episode_samples_hours=samples,
         lifetime_interval_hours=interval,
         concurrency_per=per,
+        nodes=nodes,
     )
 
 

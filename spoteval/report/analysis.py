@@ -22,6 +22,7 @@ from spoteval.record import (
 )
 from spoteval.report.allocation import Allocation, Gap, _with_dispatch, allocation_of, allocations
 from spoteval.report.load import CONFIDENCE, Problem, RunRecord
+from spoteval.report.pool import PoolFigures, pool_figures
 from spoteval.scores import TaskScores, task_scores
 
 # --- statistics ---------------------------------------------------------------------------------
@@ -161,6 +162,7 @@ class RunReport:
     scores: tuple[TaskScores, ...] = ()  # harness shards' scores per task (spoteval/scores.py)
     #: preemptions as the agent and the provider saw them, when the record has the provider's events
     preemptions: Ledger | None = None
+    pool: PoolFigures | None = None  # more than one node ran episodes: each node's share
 
     @property
     def run_allocations(self) -> list[Allocation]:
@@ -378,6 +380,7 @@ def analyse(
         problems=tuple(record.problems) + tuple(problems),
         generated=now,
         scores=tuple(run_scores(record)),
+        pool=_pool(record),
     )
 
 
@@ -389,6 +392,11 @@ def run_scores(record: RunRecord) -> list[TaskScores]:
     ]
     params = {e.id: e.params for e in record.manifest or ()}
     return task_scores(results, params)
+
+
+def _pool(record: RunRecord) -> PoolFigures | None:
+    nodes = {a.node for a in record.attempts} | {r.node for r in record.results.values()}
+    return pool_figures(record.attempts, record.results) if len(nodes) > 1 else None
 
 
 #: The source name the restart measurement (spoteval/measure) writes into its events.

@@ -11,6 +11,7 @@ from datetime import datetime
 from spoteval.events.match import Ledger
 from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
+from spoteval.report.pool import render as render_pool
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
 from spoteval.scores import as_text as scores_text
 
@@ -229,6 +230,11 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
             f"{fmt_s(eff.notice_tail_s)} per preemption), C = {eff.concurrency}"
             + (f"; {eff.note}" if eff.note else "")
         )
+
+    if report.pool is not None:
+        say("Pool: each node's share, and episode time spent on episodes another node finished")
+        for line in render_pool(report.pool, alias if shared else None):
+            say("  " + line)
 
     if report.problems:
         if shared:
