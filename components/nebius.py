@@ -1,20 +1,27 @@
 """Nebius AI Cloud: a preemptible GPU VM, a protected Object Storage bucket and a service account
-that reaches only that bucket (and stops its own VM), with the `pulumi-nebius` provider.
+that reaches only what the node needs, with the `pulumi-nebius` provider.
 
-- Result bucket (`StorageV1Bucket`): versioned, private (no anonymous rule), a bucket policy that
-  gives `storage.editor` on the bucket to one group only, whose sole member is the node's service
-  account; `protect=True`, `retain_on_delete=True`.
+- Result bucket (`StorageV1Bucket`): versioned, private (no anonymous rule), `protect=True`,
+  `retain_on_delete=True`. Its bucket policy names one group only, whose sole member is the node's
+  service account, with the documented storage roles (spoteval/providers.py `NEBIUS_ROLES`):
+  `storage.uploader` + `storage.object-viewer` on the run's prefix (`evals/runs/{run_id}/*`: write
+  and read back its records), `storage.object-viewer` on the stack's prefix (`evals/*`: the agent
+  bundle and manifest) and `storage.object-lister` on the bucket (key names only). No role has
+  DeleteObject, PutBucketVersioning or PutBucketLifecycleConfiguration; PutObject on the run's
+  prefix can overwrite a key there (no role is create-only), and the versioned bucket keeps the
+  earlier version.
 - Identity: a service account, its group membership, and an access key whose secret is delivered
-  into MysteryBox (`secret_delivery_mode: MYSTERY_BOX`): nothing secret is in the user data. At
-  first boot the VM reads the key's secret from MysteryBox with its service account's token (the
-  instance metadata service) and keeps it in `/etc/spot-eval/s3.env` (root only) on its boot disk.
-  An access permit lets the group stop and start instances of the project (`compute.editor`), which
-  the agent's `on_done: api_stop` needs.
-- Node (`ComputeV1Instance`): `preemptible {on_preemption: STOP}`, `recovery_policy: FAIL` (a failed
-  host does not bring it back by itself), `stopped` from `node.count` (0 keeps a stopped node), the
-  service account attached, a boot disk from the image family, a protected weights-cache disk, the
-  startup script as cloud-init user data (components/startup.py) with the agent's `on_done:
-  api_stop`: stopping from inside the OS would make Nebius reboot the VM and keep billing it.
+  into MysteryBox (`secret_delivery_mode: MYSTERY_BOX`): nothing secret is in the user data. An
+  access permit gives the group `mysterybox.payload-viewer` on that one secret, so at first boot
+  the VM reads it with its service account's token (the instance metadata service) and keeps it in
+  `/etc/spot-eval/s3.env` (root only) on its boot disk. No compute permission: the node never
+  calls the compute API.
+- Node (`ComputeV1Instance`): `preemptible {on_preemption: STOP}` (no `priority`: deprecated and
+  without effect), `recovery_policy: FAIL`, the service account attached, a boot disk from the image
+  family, a protected weights-cache disk, the startup script as cloud-init user data
+  (components/startup.py). With `recovery_policy: FAIL` a shutdown from inside the guest stops
+  the VM and does not restart it (instance.proto), so the agent's `on_done: poweroff` ends the bill
+  for compute.
 - Stop rules: max runtime and idle go to the agent (Nebius has no built-in one); the price cap is
   checked against the grant before anything is declared (components/settings.py) and before each
   start by the control plane's callers (spoteval/grant.py).
@@ -36,11 +43,17 @@ from components.holds import exclusive
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import SERVICE, render_startup_script
-from spoteval.providers import NEBIUS
+from spoteval.providers import NEBIUS, NEBIUS_ROLES
+from spoteval.record import RunLayout
 
 OBJECT_STORAGE: Final = NEBIUS.api_urls["object_storage"]
-BUCKET_ROLE: Final = "storage.editor"
-COMPUTE_ROLE: Final = "compute.editor"
+#: the node's roles (documented ones only: spoteval/providers.py)
+WRITE_ROLE: Final = NEBIUS_ROLES["write"][0]
+READ_ROLE: Final = NEBIUS_ROLES["read"][0]
+LIST_ROLE: Final = NEBIUS_ROLES["list"][0]
+SECRET_ROLE: Final = NEBIUS_ROLES["secret"][0]
+STORE_PREFIX: Final = "evals"
+#: the SDK the first boot reads the access key's secret from MysteryBox with (gRPC only)
 NEBIUS_SDK: Final = "nebius>=0.6"
 S3_ENV_FILE: Final = "/etc/spot-eval/s3.env"
 VENV: Final = "/opt/spot-eval/venv"
@@ -81,7 +94,7 @@ def _keys_py() -> str:
 # --- the stack config: rules for the common keys, the `nebius:` block -----------------------------
 
 #: the keys every stack has: nothing Nebius-specific (regions only, no zones)
-COMMON_RULES: Final = CommonKeyRules()
+COMMON_RULES: Final = CommonKeyRules(pools=False)
 SETTINGS_KEYS: Final = frozenset({"project_id", "tenant_id", "subnet_id"})
 
 
@@ -117,7 +130,23 @@ def bucket_name(settings: Settings) -> str:
 
 
 def store_url(settings: Settings) -> str:
-    return f"s3://{bucket_name(settings)}/evals"
+    return f"s3://{bucket_name(settings)}/{STORE_PREFIX}"
+
+
+def bucket_rules(
+    settings: Settings, group_id: pulumi.Input[str]
+) -> list[nebius.StorageV1BucketBucketPolicyRuleArgs]:
+    """The node's group: write and read its run, read the stack's objects, list key names."""
+    run = f"{STORE_PREFIX}/{RunLayout(settings.run_id).prefix}*"
+
+    def rule(paths: list[str], roles: list[str]) -> nebius.StorageV1BucketBucketPolicyRuleArgs:
+        return nebius.StorageV1BucketBucketPolicyRuleArgs(group_id=group_id, paths=paths, roles=roles)
+
+    return [
+        rule([run], [WRITE_ROLE, READ_ROLE]),
+        rule([f"{STORE_PREFIX}/*"], [READ_ROLE]),
+        rule(["*"], [LIST_ROLE]),
+    ]
 
 
 def preamble(settings: Settings, secret_id: str, key_id: str) -> str:
@@ -126,7 +155,7 @@ def preamble(settings: Settings, secret_id: str, key_id: str) -> str:
     return "".join(
         [
             "#!/bin/bash\n",
-            "# spot-eval on Nebius: the SDK (API stop, MysteryBox), the bucket key, the agent's env.\n",
+            "# spot-eval on Nebius: the SDK (MysteryBox), the bucket key, the agent's env.\n",
             "set -euo pipefail\n",
             "install -d -m 0755 /etc/spot-eval /opt/spot-eval\n",
             f"[ -x {VENV}/bin/python ] || python3 -m venv {VENV}"
@@ -183,26 +212,13 @@ class NebiusNode(pulumi.ComponentResource):
         nebius.IamV1GroupMembership(
             f"{name}-membership", parent_id=group.id, member_id=account.id, opts=child(self)
         )
-        nebius.IamV1AccessPermit(
-            f"{name}-stop-permit",
-            parent_id=group.id,
-            resource_id=project,
-            role=COMPUTE_ROLE,
-            opts=child(self),
-        )
         self.bucket = nebius.StorageV1Bucket(
             f"{name}-bucket",
             parent_id=project,
             name=bucket_name(s),
             versioning_policy="ENABLED",
             labels=labels,
-            bucket_policy=nebius.StorageV1BucketBucketPolicyArgs(
-                rules=[
-                    nebius.StorageV1BucketBucketPolicyRuleArgs(
-                        group_id=group.id, paths=["*"], roles=[BUCKET_ROLE]
-                    )
-                ]
-            ),
+            bucket_policy=nebius.StorageV1BucketBucketPolicyArgs(rules=bucket_rules(s, group.id)),
             opts=held(self),
         )
         key = nebius.IamV2AccessKey(
@@ -213,6 +229,14 @@ class NebiusNode(pulumi.ComponentResource):
             ),
             description=f"spot-eval run {s.run_id}: the node's access to its bucket",
             secret_delivery_mode="MYSTERY_BOX",
+            opts=child(self),
+        )
+        secret_id = key.status.apply(lambda st: str(getattr(st, "secret_reference_id", None) or ""))
+        nebius.IamV1AccessPermit(
+            f"{name}-secret-permit",
+            parent_id=group.id,
+            resource_id=secret_id,
+            role=SECRET_ROLE,
             opts=child(self),
         )
         objects = pulumi.ResourceOptions(parent=self, provider=args.storage, depends_on=[self.bucket])

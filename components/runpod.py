@@ -58,7 +58,7 @@ BUNDLE_FILE: Final = "/tmp/spot-eval-agent-bundle.zip"
 # --- the stack config: rules for the common keys, the `runpod:` block -----------------------------
 
 #: the keys every stack has: nothing Runpod-specific (the market is spot only, from the provider facts)
-COMMON_RULES: Final = CommonKeyRules()
+COMMON_RULES: Final = CommonKeyRules(pools=False)
 SETTINGS_KEYS: Final = frozenset({"bucket_url", "s3_endpoint", "s3_region", "cloud_type", "secrets"})
 
 

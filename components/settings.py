@@ -97,7 +97,6 @@ ADDRESS_KINDS: Final = ("ephemeral", "static")
 #: providers whose spot capacity takes a price bid that the stack declares (AWS max price, Azure
 #: billing profile, Runpod bid per GPU); bids are in USD.
 BIDDING_PROVIDERS: Final = frozenset(p.key for p in BY_KEY.values() if p.takes_bid)
-API_STOP_PROVIDERS: Final = tuple(p.key for p in BY_KEY.values() if p.api_stop)
 
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -138,7 +137,7 @@ class CommonKeyRules:
     `zone` and `image` return the problem with a value (None: fine); `zone_required` names why a
     stack must give a zone; `static_address` why a single node's address is always static;
     `server_image` that the model server runs from `server.image` (Kubernetes); `budget_alerts` that
-    the stack's budget alert mails `stop.notify_emails`.
+    the stack's budget alert mails `stop.notify_emails`; `pools` that node.count > 1 is a pool.
     """
 
     region: re.Pattern[str] | None = None
@@ -148,6 +147,8 @@ class CommonKeyRules:
     static_address: str | None = None
     server_image: bool = False
     budget_alerts: bool = False
+    #: the stack declares a pool when node.count > 1 (False: one node, 0 or 1)
+    pools: bool = True
 
 
 class ProviderSettings(Protocol):
@@ -541,7 +542,7 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
             "grant.currency",
             f"the {provider} bid (node.max_price, else grant.price_cap) is in USD, got {grant.currency!r}",
         )
-    if node.pool and provider in API_STOP_PROVIDERS:
+    if node.pool and not rules.pools:
         raise SettingsError("node.count", f"{provider} stacks declare one node (0 or 1), got {node.count}")
     server = _server(reader(raw["server"], "server", SERVER_KEYS), provider, rules)
     ev = _eval(reader(raw["eval"], "eval", EVAL_KEYS))

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from spoteval.providers import CHECKED, K8S_FLAVOURS, PROVIDERS, STOP_MARGIN_S, ProviderFacts, Source
+from spoteval.providers import (
+    CHECKED,
+    K8S_FLAVOURS,
+    NEBIUS_ROLES,
+    PROVIDERS,
+    STOP_MARGIN_S,
+    ProviderFacts,
+    Source,
+)
 
 INTRO = f"""\
 # Provider notes: interruptible GPU capacity
@@ -105,6 +113,15 @@ def _flavours() -> Iterator[str]:
         )
 
 
+def _nebius_roles() -> Iterator[str]:
+    yield "### Nebius roles"
+    yield ""
+    yield "| role | what for | source |"
+    yield "|---|---|---|"
+    for use, (role, source) in NEBIUS_ROLES.items():
+        yield f"| `{role}` | {use} | {_cite(source)[1:-1]} |"
+
+
 def render() -> str:
     parts = [INTRO]
     for p in PROVIDERS.values():
@@ -112,6 +129,8 @@ def render() -> str:
         parts.append("\n".join(_lines(p)) + "\n")
         if p.name == "kubernetes":
             parts.append("\n".join(_flavours()) + "\n")
+        if p.name == "nebius":
+            parts.append("\n".join(_nebius_roles()) + "\n")
     return "\n".join(parts)
 
 

@@ -375,6 +375,11 @@ _NB_METADATA = "https://docs.nebius.com/compute/virtual-machines/metadata"
 _NB_TERMS = "https://docs.nebius.com/legal/specific-terms/compute"
 _NB_PRICE = "https://github.com/nebius/api/tree/main/nebius/billing/v1alpha1"
 _NB_STORAGE = "https://docs.nebius.com/object-storage/interfaces/aws-cli"
+_NB_GUEST_SHUTDOWN = Source(
+    _NB_PROTO,
+    note="recovery_policy FAIL: a guest shutdown stops the VM, not restarted; preemptible.priority: "
+    "deprecated 2026-05-11, no effect",
+)
 
 NEBIUS: Final = ProviderFacts(
     name="nebius",
@@ -403,9 +408,9 @@ NEBIUS: Final = ProviderFacts(
     default_address="ephemeral",
     takes_bid=False,
     markets=("spot", "on_demand"),
-    os_poweroff="Nebius reboots a VM shut down from inside the OS and keeps billing it",
+    os_poweroff=None,
     os_poweroff_billed=None,
-    api_stop=True,
+    api_stop=False,
     sources=_cited(
         (
             _NB_PREEMPTIBLE,
@@ -416,9 +421,32 @@ NEBIUS: Final = ProviderFacts(
         (_NB_PRICE, "price"),
         (_NB_STORAGE, "api_urls"),
         (_NB_TERMS, "billed_from_boot"),
-        (_NB_PROTO, "restart takes_bid os_poweroff os_poweroff_billed api_stop"),
+        (_NB_PROTO, "restart takes_bid"),
+        (_NB_GUEST_SHUTDOWN, "os_poweroff os_poweroff_billed api_stop"),
     ),
 )
+
+
+_NB_ACTIONS = "https://docs.nebius.com/object-storage/supported-actions"
+#: Nebius roles, by what the project uses each for: the node's (its bucket policy rules, whose paths
+#: are keys or prefixes ending in "*" (storage/v1/bucket_policy.proto), and one access permit on the
+#: MysteryBox secret), and the operator's. Documented: auditor, viewer, editor, admin, storage.*.
+NEBIUS_ROLES: Final = {
+    "write": ("storage.uploader", Source(_NB_ACTIONS, note="PutObject, multipart; no Get, no Delete")),
+    "read": ("storage.object-viewer", Source(_NB_ACTIONS, note="GetObject, HeadObject")),
+    "list": (
+        "storage.object-lister",
+        Source(_NB_ACTIONS, note="key names; a prefix rule covering listing is undocumented [unconfirmed]"),
+    ),
+    "secret": (
+        "mysterybox.payload-viewer",
+        Source("https://docs.nebius.com/mysterybox/secrets/create-version", note="sub-role of admin only"),
+    ),
+    "operator": (
+        "editor",
+        Source("https://docs.nebius.com/iam/authorization/roles", note="start/stop; no compute-only role"),
+    ),
+}
 
 _RP_PRICING = "https://docs.runpod.io/pods/pricing"
 _RP_GRAPHQL = "https://docs.runpod.io/sdks/graphql/manage-pods"

@@ -78,7 +78,17 @@ def test_bad_config_names_the_key(tmp_path: Path, change: Any, message: str) -> 
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("provider", ["nebius", "k8s", "runpod"])
+def test_poweroff_from_inside_stops_a_nebius_vm(tmp_path: Path) -> None:
+    raw = _base(tmp_path)
+    raw["node"]["provider"] = "nebius"
+    raw["stop_rules"] = {"on_done": "poweroff"}
+    assert parse(raw).stop_rules.poweroff_command == ("systemctl", "poweroff")
+    raw["stop_rules"] = {"on_done": "api_stop"}
+    with pytest.raises(ConfigError, match=r"stop_rules\.on_done: api_stop stops runpod nodes"):
+        parse(raw)
+
+
+@pytest.mark.parametrize("provider", ["k8s", "runpod"])
 def test_poweroff_from_inside_is_refused_where_it_does_not_stop_the_bill(
     tmp_path: Path, provider: str
 ) -> None:

@@ -10,7 +10,7 @@ import pytest
 from spoteval.agent import api_stop
 from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.clouds.nebius import NebiusPlane, gpus_of
-from tests.fake_nebius import TOKEN, FakeImds, FakeNebius, State
+from tests.fake_nebius import TOKEN, FakeNebius, State
 
 NODE = "computeinstance-e00spot"
 
@@ -105,36 +105,12 @@ def test_gpus_of_reads_the_preset() -> None:
     assert gpus_of("cpu-d3/4vcpu-16gb") == 1
 
 
-# --- the VM stops itself through the API (the agent's on_done: api_stop) --------------------------
+# --- the VM stops itself by a guest shutdown (recovery_policy FAIL), not through the API ----------
 
 
-def test_api_stop_on_a_vm_stops_its_own_instance_with_its_service_accounts_token(
-    fake: FakeNebius, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fake.add(NODE, State.RUNNING)
-    imds = FakeImds(NODE)
-    try:
-        monkeypatch.setenv("NEBIUS_API_ADDRESS", fake.address)
-        monkeypatch.delenv("NEBIUS_IAM_TOKEN", raising=False)
-        assert api_stop.main(["nebius", "--metadata-url", imds.url]) == 0
-    finally:
-        imds.close()
-    assert fake.calls == [("Stop", NODE, f"Bearer {TOKEN}")]
-    assert imds.requests == ["/v1/instance-data", "/v1/iam/sa/token"]
-    assert f"nebius instance {NODE}: stop requested (operation op-{NODE})" in capsys.readouterr().err
-
-
-def test_api_stop_without_a_service_account_fails_in_one_line_and_stops_nothing(
-    fake: FakeNebius, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fake.add(NODE, State.RUNNING)
-    imds = FakeImds(NODE, token=None)
-    try:
-        monkeypatch.setenv("NEBIUS_API_ADDRESS", fake.address)
-        monkeypatch.delenv("NEBIUS_IAM_TOKEN", raising=False)
-        assert api_stop.main(["nebius", "--metadata-url", imds.url]) == 1
-    finally:
-        imds.close()
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "metadata /v1/iam/sa/token: HTTP 404" in err[0]
-    assert fake.calls == []
+def test_api_stop_serves_no_nebius_node(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        api_stop.main(["nebius"])
+    assert info.value.code == 2
+    assert "invalid choice: 'nebius'" in capsys.readouterr().err
+    assert api_stop.PROVIDERS == ("runpod",)

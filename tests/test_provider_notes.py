@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spoteval.provider_notes import render
-from spoteval.providers import CHECKED, K8S_FLAVOURS, PROVIDERS
+from spoteval.providers import CHECKED, K8S_FLAVOURS, NEBIUS_ROLES, PROVIDERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "providers.md"
 
@@ -29,5 +29,7 @@ def test_every_fact_is_cited_with_its_source_and_date() -> None:
             assert f"`{facts.price.url}`" in text
     for name, flavour in K8S_FLAVOURS.items():
         assert f"| {name} | {flavour.notice_s} s |" in text
-    # 15 cited lines per provider, one more where it has other API endpoints, one per flavour
-    assert text.count(f"checked {CHECKED}") == 4 * 15 + 2 * 16 + 5 == 97
+    for use, (role, source) in NEBIUS_ROLES.items():
+        assert f"| `{role}` | {use} | [source]({source.url}), checked {CHECKED}" in text
+    # 15 cited lines per provider, one more where it has other API endpoints, one per flavour and role
+    assert text.count(f"checked {CHECKED}") == 4 * 15 + 2 * 16 + 5 + 5 == 102

@@ -22,6 +22,18 @@ from spoteval.clouds.runpod import RunpodError
 from tests.fake_runpod import FakeRunpod
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+#: Object Storage actions of the storage roles (docs.nebius.com/object-storage/supported-actions,
+#: checked 2026-12-01), the ones that matter here
+NEBIUS_ACTIONS: dict[str, frozenset[str]] = {
+    "storage.uploader": frozenset({"PutObject", "CreateMultipartUpload", "UploadPart", "CopyObject"}),
+    "storage.object-viewer": frozenset({"GetObject", "HeadObject"}),
+    "storage.object-lister": frozenset({"ListObjects", "ListObjectsV2", "ListObjectVersions"}),
+    "storage.object-editor": frozenset({"GetObject", "PutObject", "DeleteObject", "DeleteObjects"}),
+    "storage.viewer": frozenset({"GetObject", "ListObjects"}),
+    "storage.editor": frozenset(
+        {"PutObject", "DeleteObject", "PutBucketVersioning", "PutBucketLifecycleConfiguration"}
+    ),
+}
 NEBIUS = STACKS_DIR / "Pulumi.nebius-eu-north1.yaml"
 RUNPOD = STACKS_DIR / "Pulumi.runpod-eu.yaml"
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -70,7 +82,7 @@ def test_nebius_stack_has_the_common_outputs() -> None:
 
 def test_nebius_node_is_preemptible_stops_on_preemption_and_does_not_recover_by_itself() -> None:
     vm = nebius().one(INSTANCE).inputs
-    assert vm["preemptible"] == {"onPreemption": "STOP"}
+    assert vm["preemptible"] == {"onPreemption": "STOP"}  # no priority: deprecated, without effect
     assert vm["recoveryPolicy"] == "FAIL"
     assert vm["stopped"] is False
     assert vm["resources"] == {"platform": "gpu-h100-sxm", "preset": "1gpu-16vcpu-200gb"}
@@ -78,20 +90,53 @@ def test_nebius_node_is_preemptible_stops_on_preemption_and_does_not_recover_by_
     assert vm["serviceAccountId"] == f"{sa.name}-" + vm["serviceAccountId"].rsplit("-", 1)[1]
 
 
-def test_nebius_bucket_is_versioned_private_and_only_the_nodes_group_reaches_it() -> None:
+def test_nebius_bucket_policy_lets_the_node_write_only_its_run_and_delete_nothing() -> None:
     r = nebius()
     bucket = r.one("nebius:index/storageV1Bucket:StorageV1Bucket")
     assert bucket.protect and bucket.retain_on_delete
     assert bucket.inputs["versioningPolicy"] == "ENABLED"
-    (rule,) = bucket.inputs["bucketPolicy"]["rules"]
     group = r.one("nebius:index/iamV1Group:IamV1Group")
-    assert rule["groupId"].startswith(group.name) and "anonymous" not in rule
-    assert rule["roles"] == ["storage.editor"] and rule["paths"] == ["*"]
+    rules = bucket.inputs["bucketPolicy"]["rules"]
+    assert all(rule["groupId"].startswith(group.name) and "anonymous" not in rule for rule in rules)
+    granted = {tuple(rule["paths"]): rule["roles"] for rule in rules}
+    assert granted == {
+        ("evals/runs/qwen7b-drill-nebius/*",): ["storage.uploader", "storage.object-viewer"],
+        ("evals/*",): ["storage.object-viewer"],
+        ("*",): ["storage.object-lister"],
+    }
+    # the documented actions of those roles: no delete, no versioning or lifecycle change anywhere
+    actions = {role: NEBIUS_ACTIONS[role] for roles in granted.values() for role in roles}
+    assert not any({"DeleteObject", "DeleteObjects", "PutBucketVersioning"} & a for a in actions.values())
+    assert not any("PutBucketLifecycleConfiguration" in a for a in actions.values())
+    writers = [
+        paths for paths, roles in granted.items() if any("PutObject" in NEBIUS_ACTIONS[x] for x in roles)
+    ]
+    assert writers == [("evals/runs/qwen7b-drill-nebius/*",)]
     member = r.one("nebius:index/iamV1GroupMembership:IamV1GroupMembership").inputs
     assert member["parentId"].startswith(group.name)
     assert member["memberId"].startswith(r.one("nebius:index/iamV1ServiceAccount:IamV1ServiceAccount").name)
     key = r.one("nebius:index/iamV2AccessKey:IamV2AccessKey").inputs
     assert key["secretDeliveryMode"] == "MYSTERY_BOX"
+
+
+def test_nebius_node_may_read_its_key_secret_and_has_no_compute_permission() -> None:
+    r = nebius()
+    group = r.one("nebius:index/iamV1Group:IamV1Group")
+    key = r.one("nebius:index/iamV2AccessKey:IamV2AccessKey")
+    (permit,) = [d.inputs for d in r.of_type("nebius:index/iamV1AccessPermit:IamV1AccessPermit")]
+    assert permit["parentId"].startswith(group.name)
+    assert permit == {
+        "parentId": permit["parentId"],
+        "resourceId": f"mbsec-{key.name}",  # the MysteryBox secret the key's secret is in
+        "role": "mysterybox.payload-viewer",
+    }
+    documented = {"auditor", "viewer", "editor", "admin", "mysterybox.payload-viewer", *NEBIUS_ACTIONS}
+    roles = {permit["role"]} | {
+        role
+        for rule in r.one("nebius:index/storageV1Bucket:StorageV1Bucket").inputs["bucketPolicy"]["rules"]
+        for role in rule["roles"]
+    }
+    assert roles <= documented and not any(role.startswith("compute.") for role in roles)
 
 
 def test_nebius_holds_results_and_weights_but_never_compute() -> None:
@@ -106,18 +151,18 @@ def test_nebius_holds_results_and_weights_but_never_compute() -> None:
     assert not r.one(INSTANCE).protect
 
 
-def test_nebius_user_data_carries_no_credentials_and_the_agent_stops_the_vm_through_the_api() -> None:
+def test_nebius_user_data_carries_no_credentials_and_the_agent_powers_the_vm_off() -> None:
     data = nebius().one(INSTANCE).inputs["cloudInitUserData"]
     # derived from the access key's status, so Pulumi keeps it as a secret in the state
     script = str(data["value"] if isinstance(data, dict) else data)
     assert "AWS_SECRET_ACCESS_KEY=" not in script.replace("AWS_SECRET_ACCESS_KEY={chosen", "")
     assert not re.search(r"(?i)(secret_access_key|private_key)\s*[:=]\s*['\"]?[A-Za-z0-9/+]{20,}", script)
     assert "EnvironmentFile=/etc/spot-eval/s3.env" in script  # the key read from MysteryBox at boot
-    assert "'nebius>=0.6'" in script  # the SDK the API stop needs
+    assert "'nebius>=0.6'" in script  # the SDK the MysteryBox read needs
     template = json.loads(heredoc(script, "/etc/spot-eval/agent.template.json"))
     config = parse_agent_config({**template, "node": {**template["node"], "id": "computeinstance-1"}})
     assert config.stop_rules.on_done == "poweroff"
-    assert config.stop_rules.poweroff_command[1:] == ("-m", "spoteval.agent.api_stop", "nebius")
+    assert config.stop_rules.poweroff_command == ("systemctl", "poweroff")  # recovery_policy FAIL: stays off
     assert config.store == nebius().outputs["bucket_url"]
     assert config.sigterm_grace_s == 50  # 60 s notice, minus the service's stop margins
     assert config.price is not None and config.price.per_hour == 1.25
@@ -139,7 +184,7 @@ def test_nebius_count_zero_keeps_bucket_and_cache_and_declares_no_vm() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "named"),
     [
-        ("stop__on_done", "poweroff", "stop.on_done"),
+        ("stop__on_done", "api_stop", "stop.on_done"),
         ("nebius__project_id", "e00abc", "nebius.project_id"),
         ("node__instance_type", "gpu-b200-sxm/8gpu-160vcpu-1792gb", "node.instance_type"),
         ("node__count", 3, "node.count"),

@@ -7,8 +7,9 @@ Credentials: `NEBIUS_IAM_TOKEN` when set, else the Nebius CLI's profile (`~/.neb
 - State: `InstanceService.Get`; `status.state` RUNNING / STOPPED / STARTING / STOPPING / CREATING /
   UPDATING / DELETING / ERROR map onto the normalised states (a preempted instance with
   `on_preemption: STOP` is STOPPED, its volumes kept).
-- Stop / start: `InstanceService.Stop` / `Start` through the API, then polling `Get`. Never from
-  inside the OS: a Nebius VM shut down from inside reboots and keeps billing.
+- Stop / start: `InstanceService.Stop` / `Start` through the API, then polling `Get` (the caller's
+  credentials need `editor` on the project). The node itself powers off from inside when its run is
+  done: with `recovery_policy: FAIL` the VM then stops and is not restarted (instance.proto).
 - Price: spot VMs read the current spot price of the instance's platform in its region from
   `billing.v1alpha1.SpotPriceService.List` (no authentication needed): the SKU's price per unit,
   times the preset's GPUs when the unit is a GPU-hour (`price_source` `api`). The unit semantics of
