@@ -1,13 +1,16 @@
-"""Runpod: an interruptible GPU pod and a network volume for the weights, declared through the dynamic
-providers of components/runpod_provider.py; results go to an S3-compatible bucket on a provider that
-has one (Runpod has no object storage), named by `runpod.bucket_url` / `s3_endpoint`.
+"""Runpod: an on-demand GPU pod and a network volume for the weights, declared through the dynamic
+providers of components/runpod_provider.py (REST API v2); results go to an S3-compatible bucket on a
+provider that has one (Runpod has no object storage), named by `runpod.bucket_url` / `s3_endpoint`.
+Runpod offers no interruptible pods through any current API, so `node.market: spot` is refused
+(spoteval/providers.py, `RUNPOD`).
 
 - Network volume (weights cache, `node.cache_disk_gb`) in the stack's data center (`region`, e.g.
   `EU-RO-1`), mounted at /workspace: `protect=True`, `retain_on_delete=True`. It also holds the
   agent's spool, so what a notice could not upload survives the pod's container disk, which Runpod
   erases when a stopped pod resumes.
-- Pod: `podRentInterruptable` at the minimum bid, never above the grant's price cap per GPU
-  (`node.max_price` / `node.gpu_count`; settings check it against the grant), `cloud_type`, the image,
+- Pod: `POST /v2/pods` after reading the list price of its cloud, never above the grant's price cap
+  per GPU (`grant.price_cap` / `node.gpu_count`), in Secure Cloud (network volumes exist there only:
+  `runpod.cloud_type: COMMUNITY` is refused), the image,
   and a start command that installs obstore, fetches the agent bundle from the bucket, writes the
   agent's config with the pod's id (`RUNPOD_POD_ID`) and execs the agent (the container's main
   process, so Runpod's SIGTERM reaches it; 5 s later comes SIGKILL).
@@ -34,7 +37,7 @@ import pulumi
 from components.base import BuildContext, StackOutputs, held
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.holds import exclusive
-from components.runpod_provider import InterruptiblePod, NetworkVolume
+from components.runpod_provider import NetworkVolume, RunpodPod
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import (
@@ -48,6 +51,7 @@ from components.startup import (
     stack_config_args,
 )
 from spoteval.agent.config import build_agent_config
+from spoteval.providers import RUNPOD_NETWORK_VOLUMES as NETWORK_VOLUMES
 
 WORKSPACE: Final = "/workspace"
 CACHE_DIR: Final = f"{WORKSPACE}/spot-eval-cache"
@@ -57,7 +61,7 @@ BUNDLE_FILE: Final = "/tmp/spot-eval-agent-bundle.zip"
 
 # --- the stack config: rules for the common keys, the `runpod:` block -----------------------------
 
-#: the keys every stack has: nothing Runpod-specific (the market is spot only, from the provider facts)
+#: the keys every stack has: one node (the market is on-demand only, from the provider facts)
 COMMON_RULES: Final = CommonKeyRules(pools=False)
 SETTINGS_KEYS: Final = frozenset({"bucket_url", "s3_endpoint", "s3_region", "cloud_type", "secrets"})
 
@@ -67,7 +71,7 @@ class RunpodSettings:
     bucket_url: str  # s3:// bucket on a provider that has object storage (Runpod has none)
     s3_endpoint: str
     s3_region: str
-    cloud_type: str  # SECURE | COMMUNITY
+    cloud_type: str  # SECURE (a network volume needs it)
     #: names of Runpod secrets holding the bucket's S3 access key id and secret (never the values)
     secrets: Mapping[str, str] = field(default_factory=dict)
 
@@ -83,6 +87,14 @@ def parse_settings(block: SettingsReader) -> RunpodSettings:
     endpoint = block.string("s3_endpoint")
     if not re.match(r"^https://[^\s/]+", endpoint):
         raise SettingsError("runpod.s3_endpoint", f"must be an https:// URL, got {endpoint!r}")
+    cloud_type = block.choice("cloud_type", ("SECURE", "COMMUNITY"), "SECURE")
+    if cloud_type != "SECURE":
+        raise SettingsError(
+            "runpod.cloud_type",
+            f"{cloud_type} has no network volumes (Secure Cloud only: {NETWORK_VOLUMES.url}, "
+            f"checked {NETWORK_VOLUMES.checked}) and the pod mounts one for the weights "
+            "(node.cache_disk_gb); use SECURE",
+        )
     secrets = block.string_map("secrets") or {
         "access_key_id": "spot_eval_s3_access_key_id",
         "secret_access_key": "spot_eval_s3_secret_access_key",
@@ -97,7 +109,7 @@ def parse_settings(block: SettingsReader) -> RunpodSettings:
         bucket_url=bucket_url.rstrip("/"),
         s3_endpoint=endpoint.rstrip("/"),
         s3_region=block.string("s3_region", "us-east-1"),
-        cloud_type=block.choice("cloud_type", ("SECURE", "COMMUNITY"), "SECURE"),
+        cloud_type=cloud_type,
         secrets=secrets,
     )
 
@@ -180,12 +192,10 @@ def pod_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def max_bid_per_gpu(settings: Settings) -> float | None:
-    return (
-        None
-        if settings.node.max_price is None
-        else round(settings.node.max_price / settings.node.gpu_count, 4)
-    )
+def max_price_per_gpu(settings: Settings) -> float | None:
+    """The grant's price cap per node-hour, per GPU of the pod."""
+    cap = settings.grant.price_cap
+    return None if cap is None else round(cap / settings.node.gpu_count, 4)
 
 
 @dataclass(frozen=True)
@@ -196,7 +206,7 @@ class RunpodNodeArgs:
 
 
 class RunpodNode(pulumi.ComponentResource):
-    """Weights volume and interruptible pod of one Runpod stack (results in the configured bucket)."""
+    """Weights volume and on-demand pod of one Runpod stack (results in the configured bucket)."""
 
     def __init__(self, name: str, args: RunpodNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("spot-eval:runpod:Node", name, None, opts)
@@ -220,17 +230,13 @@ class RunpodNode(pulumi.ComponentResource):
         )
         node_ids: pulumi.Input[list[str]] = []
         if s.node.count > 0:
-            if not s.node.spot:
-                raise pulumi.RunError(
-                    "runpod: node.market on_demand is not declared here (interruptible pods only)"
-                )
-            self.pod = InterruptiblePod(
+            self.pod = RunpodPod(
                 f"{name}-pod",
                 pod_name=f"spot-eval-{s.run_id}",
                 image=s.node.image,
                 gpu_type=s.node.instance_type,
                 gpu_count=s.node.gpu_count,
-                max_bid_per_gpu=max_bid_per_gpu(s),
+                max_price_per_gpu=max_price_per_gpu(s),
                 cloud_type=own(s).cloud_type,
                 container_disk_gb=s.node.root_disk_gb,
                 docker_args=docker_args(s),

@@ -1,21 +1,22 @@
-"""Pulumi dynamic providers for Runpod: an interruptible pod and a network volume.
+"""Pulumi dynamic providers for Runpod: an on-demand pod and a network volume.
 
-The `pulumi-runpod` package cannot be imported as `pulumi_runpod` and creates only on-demand pods,
-so a stack declares Runpod resources through these dynamic providers, whose create / update /
-delete call Runpod's APIs with `spoteval.clouds.runpod.RunpodApi` (GraphQL for pods, REST for
-network volumes). The API key is read from `RUNPOD_API_KEY` in the environment of `pulumi up`; it is
-never stored in the stack's state.
+The `pulumi-runpod` package cannot be imported as `pulumi_runpod`, so a stack declares Runpod
+resources through these dynamic providers, whose create / update / delete call Runpod's REST API v2
+with `spoteval.clouds.runpod.RunpodApi` (one path for pods, prices and volumes; Runpod offers no
+interruptible pods through any current API: spoteval/providers.py). The API key is read from
+`RUNPOD_API_KEY` in the environment of `pulumi up`; it is never stored in the stack's state.
 
-`InterruptiblePod`:
-- create: the minimum bid per GPU now (`gpuTypes ... lowestPrice { minimumBidPrice }`), refused when
-  it is above `max_bid_per_gpu` (the grant's price cap per GPU), then `podRentInterruptable` at it;
-  when `stopped` is set, `podStop` right after.
-- update: `stopped` true -> `podStop`; false -> `podBidResume` at the capped minimum bid. Changes to
-  what the pod is made of (image, GPU type or count, disks, start command, env, ports, volume) replace it.
-- delete: `podTerminate` (the network volume with the weights stays: it is its own resource).
+`RunpodPod`:
+- create: the list price per GPU of the pod's cloud now (`GET /v2/catalog/gpus/{id}`), refused when
+  it is above `max_price_per_gpu` (the grant's price cap per GPU), then `POST /v2/pods`; when
+  `stopped` is set, the `stop` action right after.
+- update: `stopped` true -> `stop`; false -> the price read again, then `start`. Changes to what the
+  pod is made of (image, GPU type or count, cloud, disks, start command, env, ports, volume) replace
+  it, deleting the old pod first (it holds the network volume's mount).
+- delete: `DELETE /v2/pods/{id}` (the network volume with the weights stays: it is its own resource).
 
-`NetworkVolume`: create `POST /networkvolumes`, grow with `PATCH`, delete `DELETE` (stacks protect
-it and retain it on delete, so destroying compute never loses cached weights).
+`NetworkVolume`: create `POST /v2/network-volumes`, grow with `PATCH`, delete `DELETE` (stacks
+protect it and retain it on delete, so destroying compute never loses cached weights).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Final
 import pulumi
 import pulumi.dynamic as dyn
 
-from spoteval.clouds.runpod import RunpodApi, RunpodError, capped_bid, pod_input
+from spoteval.clouds.runpod import RunpodApi, RunpodError, capped_price, pod_input
 
 #: inputs whose change needs a new pod
 POD_REPLACES: Final = (
@@ -52,28 +53,31 @@ def _api() -> RunpodApi:
         raise RuntimeError(str(exc)) from None
 
 
-def bid_for(api: RunpodApi, gpu_type: str, gpu_count: int, max_bid: float | None) -> float:
-    """The minimum bid per GPU now, refused above the grant's cap."""
-    prices = api.gpu_price(gpu_type, gpu_count)
-    if prices is None or prices.minimum_bid is None:
-        raise RunpodError(f"runpod: no interruptible price for {gpu_type!r} x{gpu_count} right now")
-    return capped_bid(prices.minimum_bid, max_bid)
+def price_for(api: RunpodApi, gpu_type: str, cloud: str, max_price: float | None) -> float:
+    """The list price per GPU-hour of `cloud` now, refused above the grant's cap."""
+    prices = api.gpu_price(gpu_type)
+    per_gpu = None if prices is None else prices.of(cloud)
+    if per_gpu is None:
+        raise RunpodError(f"runpod: no {cloud} price for {gpu_type!r} in the catalog right now")
+    return capped_price(per_gpu, max_price)
+
+
+def _cap(props: dict[str, Any]) -> float | None:
+    value = props.get("max_price_per_gpu")
+    return None if value is None else float(value)
 
 
 class PodProvider(dyn.ResourceProvider):
-    """create / update / delete of an interruptible pod through Runpod's GraphQL API."""
+    """create / update / delete of an on-demand pod through Runpod's REST API v2."""
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         api = _api()
-        gpus = int(props["gpu_count"])
-        max_bid = props.get("max_bid_per_gpu")
-        bid = bid_for(api, str(props["gpu_type"]), gpus, None if max_bid is None else float(max_bid))
+        price = price_for(api, str(props["gpu_type"]), str(props["cloud_type"]), _cap(props))
         spec = pod_input(
             name=str(props["name"]),
             image=str(props["image"]),
             gpu_type=str(props["gpu_type"]),
-            gpu_count=gpus,
-            bid_per_gpu=bid,
+            gpu_count=int(props["gpu_count"]),
             cloud_type=str(props["cloud_type"]),
             container_disk_gb=int(props["container_disk_gb"]),
             docker_args=str(props["docker_args"]),
@@ -83,13 +87,13 @@ class PodProvider(dyn.ResourceProvider):
             data_center=props.get("data_center") or None,
             volume_mount_path=str(props["volume_mount_path"]),
         )
-        pod = api.rent_interruptable(spec)
+        pod = api.create_pod(spec)
         if props.get("stopped"):
             api.stop_pod(pod.id)
-        return dyn.CreateResult(pod.id, {**props, "pod_id": pod.id, "bid_per_gpu": bid})
+        return dyn.CreateResult(pod.id, {**props, "pod_id": pod.id, "price_per_gpu": price})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-        keys = sorted(k for k in set(olds) | set(news) if k not in ("pod_id", "bid_per_gpu", "__provider"))
+        keys = sorted(k for k in set(olds) | set(news) if k not in ("pod_id", "price_per_gpu", "__provider"))
         changed = [k for k in keys if olds.get(k) != news.get(k)]
         replaces = [k for k in changed if k in POD_REPLACES]
         return dyn.DiffResult(
@@ -98,22 +102,20 @@ class PodProvider(dyn.ResourceProvider):
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         api = _api()
-        bid = olds.get("bid_per_gpu")
+        price = olds.get("price_per_gpu")
         if bool(news.get("stopped")) != bool(olds.get("stopped")):
             if news.get("stopped"):
                 api.stop_pod(id_)
             else:
-                max_bid = news.get("max_bid_per_gpu")
-                gpus = int(news["gpu_count"])
-                bid = bid_for(api, str(news["gpu_type"]), gpus, None if max_bid is None else float(max_bid))
-                api.bid_resume(id_, bid, gpus)
-        return dyn.UpdateResult({**news, "pod_id": id_, "bid_per_gpu": bid})
+                price = price_for(api, str(news["gpu_type"]), str(news["cloud_type"]), _cap(news))
+                api.action(id_, "start")
+        return dyn.UpdateResult({**news, "pod_id": id_, "price_per_gpu": price})
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         pod = _api().pod(id_)
-        if pod is None or pod.desired_status == "TERMINATED":
+        if pod is None or pod.status == "terminated":
             return dyn.ReadResult(None, {})  # gone: the engine plans to create it again
-        return dyn.ReadResult(id_, {**props, "pod_id": id_, "stopped": pod.desired_status == "EXITED"})
+        return dyn.ReadResult(id_, {**props, "pod_id": id_, "stopped": pod.status == "stopped"})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         api = _api()
@@ -153,11 +155,11 @@ class VolumeProvider(dyn.ResourceProvider):
             api.delete_network_volume(id_)
 
 
-class InterruptiblePod(dyn.Resource):
-    """A Runpod interruptible pod (see the module docstring); `pod_id` is the control plane's node id."""
+class RunpodPod(dyn.Resource):
+    """A Runpod on-demand pod (see the module docstring); `pod_id` is the control plane's node id."""
 
     pod_id: pulumi.Output[str]
-    bid_per_gpu: pulumi.Output[float]
+    price_per_gpu: pulumi.Output[float]
 
     def __init__(
         self,
@@ -167,7 +169,7 @@ class InterruptiblePod(dyn.Resource):
         image: str,
         gpu_type: str,
         gpu_count: int,
-        max_bid_per_gpu: float | None,
+        max_price_per_gpu: float | None,
         cloud_type: str,
         container_disk_gb: int,
         docker_args: pulumi.Input[str],
@@ -184,7 +186,7 @@ class InterruptiblePod(dyn.Resource):
             "image": image,
             "gpu_type": gpu_type,
             "gpu_count": gpu_count,
-            "max_bid_per_gpu": max_bid_per_gpu,
+            "max_price_per_gpu": max_price_per_gpu,
             "cloud_type": cloud_type,
             "container_disk_gb": container_disk_gb,
             "docker_args": docker_args,
@@ -195,7 +197,7 @@ class InterruptiblePod(dyn.Resource):
             "volume_mount_path": volume_mount_path,
             "stopped": stopped,
             "pod_id": None,
-            "bid_per_gpu": None,
+            "price_per_gpu": None,
         }
         super().__init__(PodProvider(), name, props, opts)
 

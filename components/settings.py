@@ -147,7 +147,6 @@ class CommonKeyRules:
     static_address: str | None = None
     server_image: bool = False
     budget_alerts: bool = False
-    #: the stack declares a pool when node.count > 1 (False: one node, 0 or 1)
     pools: bool = True
 
 
@@ -323,9 +322,14 @@ def _node(block: SettingsReader, provider: str, rules: CommonKeyRules, grant: Gr
         grant.check_instance_type(instance_type, key="node.instance_type")
     except GrantError as exc:
         raise _grant_error(exc) from None
-    market = block.choice("market", MARKETS, "spot")
+    market = block.choice("market", MARKETS, "spot" if "spot" in facts.markets else facts.markets[0])
     if market not in facts.markets:
-        raise SettingsError("node.market", "Runpod stacks declare interruptible pods only: use spot")
+        source = facts.source("markets")
+        raise SettingsError(
+            "node.market",
+            f"{provider} offers no {market} capacity through its API ({source.note}; {source.url}, "
+            f"checked {source.checked}): use {' or '.join(facts.markets)}",
+        )
     count = block.integer("count", 1, minimum=0)
     image = block.string("image")
     problem = rules.image(image) if rules.image is not None else None

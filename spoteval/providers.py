@@ -449,49 +449,49 @@ NEBIUS_ROLES: Final = {
 }
 
 _RP_PRICING = "https://docs.runpod.io/pods/pricing"
-_RP_GRAPHQL = "https://docs.runpod.io/sdks/graphql/manage-pods"
-_RP_REST = "https://rest.runpod.io/v1/openapi.json"
-_RP_STORAGE = "https://docs.runpod.io/storage/network-volumes"
-_RP_WITHDRAWN = Source(
-    "https://github.com/runpod/runpodctl/pull/267",
-    note="podRentInterruptable is being removed from the GraphQL API; REST keeps `interruptible`",
+_RP_V2 = "https://github.com/runpod/docs/blob/main/api-reference-v2/openapi.json"
+_RP_NO_SPOT = Source(
+    "https://docs.runpod.io/api-reference-v2/pods/create-a-pod",
+    note="REST v2 CreatePodRequest has no interruptible or bid field; REST v1 (`interruptible`) retired "
+    "2026-11-15; GraphQL podRentInterruptable removed from the docs (runpod/docs#626) and the API",
 )
+#: network volumes exist in Secure Cloud only
+RUNPOD_NETWORK_VOLUMES: Final = Source("https://docs.runpod.io/storage/network-volumes")
 
 RUNPOD: Final = ProviderFacts(
     name="runpod",
     key="runpod",
-    title="Runpod interruptible pod",
+    title="Runpod on-demand pod",
     notice_s=5,
     notice_via="SIGTERM to the container's main process, SIGKILL 5 s later",
     sigterm_grace_s=5.0,
     metadata=None,
     price=PriceApi(
-        url="https://api.runpod.io",
-        version="GraphQL (gpuTypes lowestPrice minimumBidPrice)",
+        url="https://api.runpod.io/v2",
+        version="REST v2 (GET /v2/catalog/gpus/{id}: price.secure, price.community per GPU-hour)",
         auth="API key",
     ),
-    api_urls={"graphql": "https://api.runpod.io", "rest": "https://rest.runpod.io/v1"},
+    api_urls={"rest": "https://api.runpod.io/v2"},
     billed_from_boot=False,
     restarts_itself=False,
     can_stay_stopped=True,
-    restart="resumed with podBidResume; the container disk is erased, a volume kept; the pod may come "
-    "back with fewer GPUs",
+    restart="no interruptible pods; a stopped pod is started with the start action (same host); the "
+    "container disk is erased, a network volume kept; it may come back with fewer GPUs",
     address="tied to the host; the public port differs from the private one",
     default_address="ephemeral",
-    takes_bid=True,
-    markets=("spot",),
+    takes_bid=False,
+    markets=("on_demand",),
     os_poweroff="a Runpod pod is stopped through the provider's API, not from inside",
     os_poweroff_billed=None,
     api_stop=True,
     sources=_cited(
         (_RP_PRICING, "notice_s notice_via sigterm_grace_s metadata billed_from_boot"),
         (
-            _RP_GRAPHQL,
-            "price restarts_itself can_stay_stopped takes_bid os_poweroff os_poweroff_billed api_stop",
+            _RP_V2,
+            "price api_urls restarts_itself can_stay_stopped restart os_poweroff os_poweroff_billed api_stop",
         ),
-        (_RP_REST, "api_urls"),
-        (_RP_WITHDRAWN, "restart markets"),
-        (_RP_STORAGE, "address default_address"),
+        (_RP_NO_SPOT, "takes_bid markets"),
+        (RUNPOD_NETWORK_VOLUMES, "address default_address"),
     ),
 )
 

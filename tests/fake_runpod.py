@@ -1,23 +1,30 @@
-"""A fake Runpod API on loopback: GraphQL at `/graphql` (pods, GPU prices) and REST at `/v1` (network
-volumes), keeping every call so tests can assert the queries, mutations, variables and bids.
+"""A fake Runpod REST API v2 on loopback (`/v2`: pods, pod actions, the GPU catalog, network
+volumes), keeping every call so tests can assert the operations and their bodies.
 
-Pods follow Runpod's lifecycle as the control plane sees it: `podRentInterruptable` and
-`podBidResume` leave a pod RUNNING without a runtime for `boot_polls` `pod` queries (starting), then
-with one (ports published); `podStop` leaves it EXITED; `podTerminate` TERMINATED. A bid below the
-GPU type's minimum bid is refused as Runpod refuses it. Requests without the API key get 401.
+Pods follow Runpod's lifecycle as the control plane sees it: `createPod` and the `start` action
+leave a pod RUNNING without a runtime for `boot_polls` `getPod` reads (starting), then with one
+(ports published); `stop` leaves it EXITED; `terminate` (or `deletePod`) TERMINATED, after which
+reads answer 404. An action not valid for the pod's status answers 409, as Runpod does. Requests
+without the API key get 401. Operation names are the OpenAPI operationIds.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 API_KEY = "rp-test-key"
-_OPERATION = re.compile(r"^\s*(?:query|mutation)\s+(\w+)")
+_VALID: dict[str, set[str]] = {
+    "RUNNING": {"stop", "restart", "terminate"},
+    "EXITED": {"start", "terminate"},
+    "ERROR": {"start", "terminate"},
+    "PROVISIONING": {"stop", "terminate"},
+    "STARTING": {"stop", "terminate"},
+}
 
 
 @dataclass
@@ -25,56 +32,48 @@ class FakePod:
     id: str
     gpu_type: str
     gpu_count: int
-    desired_status: str = "RUNNING"
-    bid: float = 0.0
+    status: str = "RUNNING"
+    cloud: str = "SECURE"
     boot_polls_left: int = 0
     ip: str = "203.0.113.7"
+    private_ip: str = "10.65.1.42"
     ports: list[tuple[int, int]] = field(default_factory=lambda: [(8000, 40123), (22, 40122)])
     comes_back_with_gpus: int | None = None  # Runpod may give the GPUs away while the pod is stopped
+    cost: float = 0.43
     input: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        runtime = None
-        if self.desired_status == "RUNNING" and self.boot_polls_left <= 0:
+        running = self.status == "RUNNING" and self.boot_polls_left <= 0
+        runtime: dict[str, Any] = {}
+        if running:
             runtime = {
-                "ports": [
-                    {"ip": self.ip, "isIpPublic": True, "privatePort": p, "publicPort": q, "type": "tcp"}
-                    for p, q in self.ports
-                ]
-                + [
-                    {
-                        "ip": "10.0.0.5",
-                        "isIpPublic": False,
-                        "privatePort": 8000,
-                        "publicPort": 8000,
-                        "type": "tcp",
-                    }
-                ]
+                "uptime": 10,
+                "ports": [{"ip": self.ip, "private": p, "public": q, "type": "tcp"} for p, q in self.ports],
             }
         return {
             "id": self.id,
             "name": self.input.get("name", self.id),
-            "desiredStatus": self.desired_status,
-            "costPerHr": round(self.bid * self.gpu_count, 4) if self.desired_status == "RUNNING" else 0,
-            "gpuCount": self.gpu_count,
-            "machineId": "m1",
-            "lastStatusChange": "",
+            "status": self.status,
+            "actions": sorted(_VALID.get(self.status, set())),
+            "gpu": {"id": self.gpu_type, "count": self.gpu_count},
+            "cloud": self.cloud,
+            "cost": self.cost * self.gpu_count if self.status == "RUNNING" else 0.0,
             "runtime": runtime,
+            "globalNetworking": {"enabled": True, "ip": self.private_ip},
         }
 
 
 class FakeRunpod:
     def __init__(self, *, boot_polls: int = 2) -> None:
         self.lock = threading.Lock()
-        self.calls: list[
-            tuple[str, dict[str, Any]]
-        ] = []  # (operation name or "METHOD /path", variables/body)
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # (operationId, path ids and body)
         self.pods: dict[str, FakePod] = {}
         self.prices: dict[str, dict[str, float]] = {
-            "NVIDIA L4": {"minimumBidPrice": 0.19, "uninterruptablePrice": 0.43},
-            "NVIDIA A40": {"minimumBidPrice": 0.24, "uninterruptablePrice": 0.44},
+            "NVIDIA L4": {"secure": 0.43, "community": 0.31},
+            "NVIDIA A40": {"secure": 0.40, "community": 0.35},
         }
         self.volumes: dict[str, dict[str, Any]] = {}
+        self.start_refusal: str | None = None  # the detail of a 4xx answer to the next `start`
         self.boot_polls = boot_polls
         self.unauthorized = 0
         self._seq = 0
@@ -108,15 +107,11 @@ class FakeRunpod:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v2"
 
     @property
     def env(self) -> dict[str, str]:
-        return {
-            "RUNPOD_API_KEY": API_KEY,
-            "RUNPOD_API_BASE_URL": self.url,
-            "RUNPOD_REST_URL": f"{self.url}/v1",
-        }
+        return {"RUNPOD_API_KEY": API_KEY, "RUNPOD_REST_URL": self.url}
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -135,6 +130,10 @@ class FakeRunpod:
         with self.lock:
             return [v for n, v in self.calls if n == name]
 
+    def actions(self, action: str) -> list[str]:
+        """Pod ids the `action` was asked for, in order."""
+        return [v["id"] for v in self.variables("podAction") if v.get("action") == action]
+
     # --- dispatch -------------------------------------------------------------------------------
 
     def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
@@ -142,106 +141,108 @@ class FakeRunpod:
         if auth != f"Bearer {API_KEY}":
             with self.lock:
                 self.unauthorized += 1
-            return 401, {"error": "unauthorized"}
-        if path == "/graphql" and method == "POST":
-            doc = json.loads(body)
-            m = _OPERATION.match(doc.get("query", ""))
-            name = m.group(1) if m else "anonymous"
-            variables = doc.get("variables") or {}
-            with self.lock:
-                self.calls.append((name, variables))
-                try:
-                    return 200, {"data": self._graphql(name, variables)}
-                except LookupError as exc:
-                    return 200, {"data": None, "errors": [{"message": str(exc)}]}
-        if path.startswith("/v1/networkvolumes"):
-            payload = json.loads(body) if body else {}
-            with self.lock:
-                self.calls.append((f"{method} {path}", payload))
-                return self._volumes(method, path, payload)
-        return 404, {"error": f"no route {method} {path}"}
+            return 401, {"title": "Unauthorized", "status": 401, "detail": "bad key"}
+        parts = [urllib.parse.unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
+        if not parts or parts[0] != "v2":
+            return 404, {"title": "Not Found", "status": 404, "detail": f"no route {method} {path}"}
+        payload = json.loads(body) if body else {}
+        with self.lock:
+            return self._route(method, parts[1:], payload)
 
-    def _graphql(self, name: str, v: dict[str, Any]) -> dict[str, Any]:
-        if name == "SpotEvalGpuPrice":
-            price = self.prices.get(v["id"])
+    def _error(self, status: int, detail: str) -> tuple[int, Any]:
+        return status, {"title": "Error", "status": status, "detail": detail}
+
+    def _route(self, method: str, parts: list[str], payload: dict[str, Any]) -> tuple[int, Any]:
+        if parts[:2] == ["catalog", "gpus"] and len(parts) == 3 and method == "GET":
+            self.calls.append(("getGpuType", {"id": parts[2]}))
+            price = self.prices.get(parts[2])
             if price is None:
-                return {"gpuTypes": []}
-            return {
-                "gpuTypes": [
-                    {
-                        "id": v["id"],
-                        "displayName": v["id"].split()[-1],
-                        "communitySpotPrice": price["minimumBidPrice"],
-                        "secureSpotPrice": price["minimumBidPrice"] + 0.05,
-                        "lowestPrice": {k: round(x * 1.0, 4) for k, x in price.items()},
-                    }
-                ]
-            }
-        if name == "SpotEvalPod":
-            pod = self.pods.get(v["podId"])
-            if pod is None:
-                return {"pod": None}
-            answer = pod.to_json()
-            if pod.desired_status == "RUNNING" and pod.boot_polls_left > 0:
-                pod.boot_polls_left -= 1
-            return {"pod": answer}
-        if name == "SpotEvalPodStop":
-            pod = self._pod(v["podId"])
-            pod.desired_status = "EXITED"
-            return {"podStop": {"id": pod.id, "desiredStatus": "EXITED"}}
-        if name == "SpotEvalPodBidResume":
-            pod = self._pod(v["podId"])
-            minimum = self.prices[pod.gpu_type]["minimumBidPrice"]
-            if v["bidPerGpu"] < minimum:
-                raise LookupError(f"Your bid price is below the minimum bid price of {minimum}")
-            pod.bid = v["bidPerGpu"]
-            pod.desired_status = "RUNNING"
-            pod.boot_polls_left = self.boot_polls
-            if pod.comes_back_with_gpus is not None:
-                pod.gpu_count = pod.comes_back_with_gpus
-            return {"podBidResume": {"id": pod.id, "desiredStatus": "RUNNING", "costPerHr": pod.bid}}
-        if name == "SpotEvalPodRent":
-            spec = v["input"]
-            minimum = self.prices[spec["gpuTypeId"]]["minimumBidPrice"]
-            if spec["bidPerGpu"] < minimum:
-                raise LookupError(f"Your bid price is below the minimum bid price of {minimum}")
+                return self._error(404, "gpu type not found")
+            return 200, {"id": parts[2], "name": parts[2].split()[-1], "price": dict(price)}
+        if parts[0] == "pods":
+            return self._pods(method, parts[1:], payload)
+        if parts[0] == "network-volumes":
+            return self._volumes(method, parts[1:], payload)
+        return self._error(404, f"no route {method} /{'/'.join(parts)}")
+
+    def _pods(self, method: str, rest: list[str], payload: dict[str, Any]) -> tuple[int, Any]:
+        if not rest and method == "POST":
+            self.calls.append(("createPod", payload))
+            gpu = payload["gpu"]
+            if gpu["id"] not in self.prices:
+                return self._error(422, f"There are no instances available for {gpu['id']}")
             self._seq += 1
-            pod = self.add_pod(
+            created = self.add_pod(
                 f"pod{self._seq:04d}",
-                spec["gpuTypeId"],
-                spec["gpuCount"],
-                bid=spec["bidPerGpu"],
+                gpu["id"],
+                gpu.get("count", 1),
+                status="PROVISIONING" if self.boot_polls else "RUNNING",
+                cloud=payload.get("cloud", "SECURE"),
                 boot_polls_left=self.boot_polls,
-                input=spec,
+                cost=self.prices[gpu["id"]]["secure" if payload.get("cloud") != "COMMUNITY" else "community"],
+                input=payload,
             )
-            return {"podRentInterruptable": {"id": pod.id, "desiredStatus": "RUNNING", "costPerHr": pod.bid}}
-        if name == "SpotEvalPodTerminate":
-            self._pod(v["podId"]).desired_status = "TERMINATED"
-            return {"podTerminate": None}
-        raise LookupError(f"unknown operation {name}")
+            return 201, created.to_json()
+        pod = self.pods.get(rest[0]) if rest else None
+        if len(rest) == 1 and method == "GET":
+            self.calls.append(("getPod", {"id": rest[0]}))
+            if pod is None or pod.status == "TERMINATED":
+                return self._error(404, "pod not found")
+            answer = pod.to_json()
+            if pod.boot_polls_left > 0:
+                pod.boot_polls_left -= 1
+                if pod.boot_polls_left == 0 and pod.status in ("PROVISIONING", "STARTING"):
+                    pod.status = "RUNNING"
+            return 200, answer
+        if len(rest) == 1 and method == "DELETE":
+            self.calls.append(("deletePod", {"id": rest[0]}))
+            if pod is None or pod.status == "TERMINATED":
+                return self._error(404, "pod not found")
+            pod.status = "TERMINATED"
+            return 204, None
+        if len(rest) == 2 and rest[1] == "action" and method == "POST":
+            action = payload.get("action", "")
+            self.calls.append(("podAction", {"id": rest[0], "action": action}))
+            if pod is None or pod.status == "TERMINATED":
+                return self._error(404, "pod not found")
+            if action not in _VALID.get(pod.status, set()):
+                return self._error(409, f"action {action} not valid for status {pod.status}")
+            if action == "stop":
+                pod.status = "EXITED"
+            elif action == "terminate":
+                pod.status = "TERMINATED"
+                return 204, None
+            elif action == "start":
+                if self.start_refusal is not None:
+                    detail, self.start_refusal = self.start_refusal, None
+                    return self._error(422, detail)
+                pod.status = "STARTING" if self.boot_polls else "RUNNING"
+                pod.boot_polls_left = self.boot_polls
+                if pod.comes_back_with_gpus is not None:
+                    pod.gpu_count = pod.comes_back_with_gpus
+            return 200, pod.to_json()
+        return self._error(405, method)
 
-    def _pod(self, pod_id: str) -> FakePod:
-        pod = self.pods.get(pod_id)
-        if pod is None or pod.desired_status == "TERMINATED":
-            raise LookupError(f"pod {pod_id} not found")
-        return pod
-
-    def _volumes(self, method: str, path: str, payload: dict[str, Any]) -> tuple[int, Any]:
-        parts = path.strip("/").split("/")
-        if method == "POST" and len(parts) == 2:
+    def _volumes(self, method: str, rest: list[str], payload: dict[str, Any]) -> tuple[int, Any]:
+        if not rest and method == "POST":
+            self.calls.append(("createNetworkVolume", payload))
             self._seq += 1
-            volume = {"id": f"vol{self._seq:04d}", **payload}
+            volume = {"id": f"vol{self._seq:04d}", "type": "STANDARD", **payload}
             self.volumes[volume["id"]] = volume
-            return 200, volume
-        if len(parts) != 3 or parts[2] not in self.volumes:
-            return 404, {"error": "not found"}
-        volume = self.volumes[parts[2]]
+            return 201, volume
+        name = {"GET": "getNetworkVolume", "PATCH": "updateNetworkVolume", "DELETE": "deleteNetworkVolume"}
+        self.calls.append((name.get(method, method), {"id": rest[0] if rest else "", **payload}))
+        if len(rest) != 1 or rest[0] not in self.volumes:
+            return self._error(404, "network volume not found")
+        volume = self.volumes[rest[0]]
         if method == "GET":
             return 200, volume
         if method == "PATCH":
+            if int(payload.get("size", volume["size"])) < int(volume["size"]):
+                return self._error(400, "network volume storage cannot be reduced")
             volume.update(payload)
             return 200, volume
         if method == "DELETE":
-            del self.volumes[parts[2]]
+            del self.volumes[rest[0]]
             return 204, None
-        return 405, {"error": method}
+        return self._error(405, method)

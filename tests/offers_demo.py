@@ -28,7 +28,7 @@ TRACE = "aws:us-east-1:g5.xlarge=tests/data/traces/preemption/1-node/aws-04-22-2
 
 def main(argv: Sequence[str] = ()) -> int:
     moto, apis, runpod = servers.start_moto(), PriceApis(), FakeRunpod()
-    runpod.prices["NVIDIA L40S"] = {"minimumBidPrice": 0.49, "uninterruptablePrice": 0.86}
+    runpod.prices["NVIDIA L40S"] = {"secure": 0.86, "community": 0.79}
     home = tempfile.mkdtemp(prefix="spoteval-offers-demo-")
     try:
         os.environ.update(

@@ -8,7 +8,7 @@ SIGKILLed 5 s later, as Runpod does. Straight after the kill, before anything re
 - every episode that completed is already durable in the store (its result and its attempt);
 - every attempt the notice cut short is recorded `interrupted`, never `model_failure`;
 - the `sigterm` notice event is durable with Runpod's 5 s deadline;
-- the pod did not call `podStop` (the provider is taking it anyway; `on_done: api_stop` is only
+- the pod did not call the `stop` action (the provider is taking it anyway; `on_done: api_stop` is only
   for stop rules).
 
 Then the agent restarts on the same store: any killed attempt whose record could not be written
@@ -156,7 +156,7 @@ def test_runpod_sigterm_then_sigkill_five_seconds_later_loses_no_completed_resul
     assert [(n.reason, n.provider) for n in notices] == [("sigterm", "runpod")]
     deadline_s = (parse_time(notices[0].details["deadline"]) - notices[0].time).total_seconds()
     assert deadline_s == pytest.approx(RUNPOD_NOTICE_S, abs=0.5)
-    assert runpod_api.operations() == []  # a notice is the provider's stop: no podStop from the pod
+    assert runpod_api.operations() == []  # a notice is the provider's stop: no stop from the pod
     killed_by_episode = Counter(traced[name][0] for name in killed) + Counter(
         a.episode_id for name, a in recorded.items() if name not in traced
     )
@@ -183,7 +183,7 @@ def test_runpod_sigterm_then_sigkill_five_seconds_later_loses_no_completed_resul
     stop = [e for e in final.events if e.kind == "stop"]
     assert [s.reason for s in stop] == ["done"]
     # the run is done: the pod stops itself through Runpod's API (on_done: api_stop)
-    assert runpod_api.variables("SpotEvalPodStop") == [{"podId": "pod-sigterm"}]
+    assert runpod_api.variables("podAction") == [{"id": "pod-sigterm", "action": "stop"}]
 
 
 @pytest.mark.parametrize("container_disk", ["kept", "erased"])

@@ -54,7 +54,7 @@ def test_restart_cycle_finds_the_model_server_at_the_published_port(
                 "zone": "",
                 "node_ids": ["pod0001"],
                 "instance_type": "NVIDIA L4",
-                "market": "spot",
+                "market": "on_demand",
                 "bucket_url": f"file://{tmp_path}/store",
                 "run_id": "r1",
                 "server_port": 8000,
@@ -80,7 +80,8 @@ def test_restart_cycle_finds_the_model_server_at_the_published_port(
     assert code == 0, report
     assert report["outcome"] == "completed"
     assert report["cycles"][0]["model"]  # /v1/models answered through the published port
-    assert {"SpotEvalPodStop", "SpotEvalPodBidResume"} <= set(fake.operations())
+    actions = [v["action"] for v in fake.variables("podAction")]
+    assert actions == ["stop", "start", "stop"]  # the cycle, then the pod left stopped
     store = Store(f"file://{tmp_path}/store")
     kinds = []
     for key in store.list(RunLayout("r1").events_prefix):

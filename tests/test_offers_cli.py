@@ -38,7 +38,7 @@ def price_world(
     moto_server: servers.Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[PriceApis]:
     apis, runpod = PriceApis(), FakeRunpod()
-    runpod.prices["NVIDIA L40S"] = {"minimumBidPrice": 0.49, "uninterruptablePrice": 0.86}
+    runpod.prices["NVIDIA L40S"] = {"secure": 0.86, "community": 0.79}
     env = {
         **moto_server.env,
         **runpod.env,

@@ -1,5 +1,5 @@
 """Offer prices read now, per provider, against moto (EC2 spot price history) and the loopback fakes
-of the Price List, the Cloud Billing Catalog, Azure Retail Prices, Runpod's GraphQL and Nebius."""
+of the Price List, the Cloud Billing Catalog, Azure Retail Prices, Runpod's REST API v2 and Nebius."""
 
 from __future__ import annotations
 
@@ -137,23 +137,23 @@ def test_azure_retail_spot_meter_and_linux_pay_as_you_go(apis: PriceApis) -> Non
     assert len(apis.api.calls("GET", "/api/retail/prices")) == 1 + 2 + 1
 
 
-def test_runpod_minimum_bid_and_on_demand_times_the_gpus() -> None:
+def test_runpod_secure_cloud_list_price_times_the_gpus_and_no_spot_offer() -> None:
     fake = FakeRunpod()
     try:
-        api = RunpodApi(API_KEY, api_base=fake.url, rest_url=f"{fake.url}/v1", timeout_s=5)
-        one = Offer("runpod", "EU-RO-1", "NVIDIA A40", "spot", 1)
-        two = Offer("runpod", "EU-RO-1", "NVIDIA L4", "spot", 2)
-        demand = Offer("runpod", "EU-RO-1", "NVIDIA L4", "on_demand", 2)
-        nothing = Offer("runpod", "EU-RO-1", "NVIDIA B200", "spot", 1)
-        got = RunpodPrices(api).read([one, two, demand, nothing], clock)
+        api = RunpodApi(API_KEY, rest_url=fake.url, timeout_s=5)
+        one = Offer("runpod", "EU-RO-1", "NVIDIA A40", "on_demand", 1)
+        two = Offer("runpod", "EU-RO-1", "NVIDIA L4", "on_demand", 2)
+        spot = Offer("runpod", "EU-RO-1", "NVIDIA L4", "spot", 2)
+        nothing = Offer("runpod", "EU-RO-1", "NVIDIA B200", "on_demand", 1)
+        got = RunpodPrices(api).read([one, two, spot, nothing], clock)
     finally:
         fake.close()
-    assert (priced(got[one]).per_hour, priced(got[one]).scope) == (0.24, "global")
-    assert priced(got[two]).per_hour == pytest.approx(2 * 0.19)
-    assert priced(got[demand]).per_hour == pytest.approx(2 * 0.43)
+    assert (priced(got[one]).per_hour, priced(got[one]).scope) == (0.4, "global")
+    assert priced(got[two]).per_hour == pytest.approx(2 * 0.43)
+    assert got[spot] == "Runpod offers no spot pods through its API"
     assert got[nothing] == "Runpod has no GPU type 'NVIDIA B200'"
-    # one query per GPU type and count: L4 x 2 is asked once for both markets
-    assert [v["id"] for name, v in fake.calls if name == "SpotEvalGpuPrice"] == [
+    # one query per GPU type; the spot offer asks nothing
+    assert [v["id"] for name, v in fake.calls if name == "getGpuType"] == [
         "NVIDIA A40",
         "NVIDIA L4",
         "NVIDIA B200",

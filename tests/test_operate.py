@@ -1,5 +1,5 @@
 """The operator against the control planes' loopback fakes (GCP Compute, Azure ARM, Nebius gRPC, Runpod
-GraphQL) and moto EC2: a node taken by the provider starts again within the grant, and nothing else."""
+REST v2) and moto EC2: a node taken by the provider starts again within the grant, and nothing else."""
 
 from __future__ import annotations
 
@@ -270,30 +270,30 @@ def runpod_outputs(fake: FakeRunpod, pod: str, **extra: Any) -> dict[str, Any]:
         "region": "EU-RO-1",
         "node_ids": [pod],
         "instance_type": "NVIDIA L4",
-        "market": "spot",
+        "market": "on_demand",
         "bucket_url": "s3://results/evals",
         "run_id": "r1",
         "server_port": 8000,
         "address_kind": "public",
-        "max_bid_per_gpu": 0.3,
+        "max_price_per_gpu": 0.5,
         **extra,
     }
 
 
 def _runpod_plane(fake: FakeRunpod, pod: str) -> RunpodPlane:
-    api = RunpodApi(api_key=fake.env["RUNPOD_API_KEY"], api_base=fake.url, rest_url=f"{fake.url}/v1")
+    api = RunpodApi(api_key=fake.env["RUNPOD_API_KEY"], rest_url=fake.url)
     return RunpodPlane(StackOutputs.parse(runpod_outputs(fake, pod)), pod, PlaneConfig(poll_s=0.01), api)
 
 
-def test_runpod_exited_pod_is_resumed_with_the_minimum_bid(runpod: FakeRunpod, record: Record) -> None:
-    runpod.add_pod("pod1", desired_status="EXITED")
+def test_runpod_exited_pod_is_started_at_the_list_price(runpod: FakeRunpod, record: Record) -> None:
+    runpod.add_pod("pod1", status="EXITED")
     record.manifest(["e1", "e2"])
     record.taken("pod1")
     lines = operator(_runpod_plane(runpod, "pod1"), record, Clock()).check_all()
     assert [line.action for line in lines] == ["started"]
-    assert runpod.variables("SpotEvalPodBidResume") == [{"podId": "pod1", "bidPerGpu": 0.19, "gpuCount": 1}]
+    assert runpod.actions("start") == ["pod1"]
     [start] = record.operator_events()
-    assert (start.price_per_hour, start.price_source) == (0.19, "api")
+    assert (start.price_per_hour, start.price_source) == (0.43, "api")
 
 
 # --- status reads only ------------------------------------------------------------------------------
@@ -310,7 +310,7 @@ def test_status_makes_no_mutating_call_on_any_provider(
     astate, aapi = arm
     gstate.status, astate.power = "TERMINATED", "deallocated"
     nebius.add("computeinstance-e00spot", State.STOPPED)
-    runpod.add_pod("pod1", desired_status="EXITED")
+    runpod.add_pod("pod1", status="EXITED")
     planes: list[ControlPlane] = [
         gcp_plane(gapi, key=None, price=0.5),
         azure_plane(aapi, price=0.4),
@@ -328,7 +328,7 @@ def test_status_makes_no_mutating_call_on_any_provider(
     assert {r.method for r in gapi.requests} == {"GET"}
     assert {r.method for r in aapi.requests} == {"GET"}
     assert set(nebius.methods()) == {"Get"}
-    assert set(runpod.operations()) == {"SpotEvalPod"}
+    assert set(runpod.operations()) == {"getPod"}
 
 
 # --- AWS (moto) --------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def _outputs(tmp_path: Path, raw: dict[str, Any]) -> str:
 
 
 def _taken_pod(runpod: FakeRunpod, tmp_path: Path) -> tuple[Record, str]:
-    runpod.add_pod("pod1", desired_status="EXITED")
+    runpod.add_pod("pod1", status="EXITED")
     store = f"file://{tmp_path}/store"
     record = Record(store)
     record.manifest(["e1", "e2"])
@@ -45,7 +45,7 @@ def _taken_pod(runpod: FakeRunpod, tmp_path: Path) -> tuple[Record, str]:
     return record, _outputs(tmp_path, runpod_outputs(runpod, "pod1", bucket_url=store))
 
 
-MUTATIONS = {"SpotEvalPodBidResume", "SpotEvalPodStop", "SpotEvalPodRent", "SpotEvalPodTerminate"}
+MUTATIONS = {"podAction", "createPod", "deletePod"}
 
 
 def test_status_answers_from_the_provider_and_the_record_and_starts_nothing(
@@ -64,7 +64,7 @@ def test_status_answers_from_the_provider_and_the_record_and_starts_nothing(
     assert [(n["node"], n["status"], n["reason"]) for n in doc["nodes"]] == [
         ("pod1", "preempted", "notice:preempted")
     ]
-    assert set(runpod.operations()) == {"SpotEvalPod"}
+    assert set(runpod.operations()) == {"getPod"}
     assert not MUTATIONS & set(runpod.operations())
     assert record.keys() == keys
 
@@ -78,9 +78,9 @@ def test_once_starts_the_taken_pod_and_prints_a_line_per_node(
     assert lines[0] == f"operating run r1 ({outputs}, runpod): 1 node(s), checks every 60 s (once)"
     assert len(lines) == 2
     assert lines[1].endswith(
-        "pod1: preempted, waiting for capacity; started: restart_after_preemption at 0.19 USD/h (api)"
+        "pod1: preempted, waiting for capacity; started: restart_after_preemption at 0.43 USD/h (api)"
     )
-    assert len(runpod.variables("SpotEvalPodBidResume")) == 1
+    assert runpod.actions("start") == ["pod1"]
     assert [(e.kind, e.reason) for e in record.operator_events()] == [("start", "restart_after_preemption")]
 
 
@@ -113,12 +113,12 @@ def test_the_stacks_grant_refuses_a_start_above_its_cap_and_says_how_to_widen_it
     assert main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].endswith(
-        "pod1: preempted, waiting for capacity; refused: price_cap: the price now, 0.19 USD per hour, "
+        "pod1: preempted, waiting for capacity; refused: price_cap: the price now, 0.43 USD per hour, "
         "is above the grant's price_cap 0.1 (raise spot-eval:grant.price_cap in the stack file, or wait "
         "for the price to fall (the operator keeps checking))"
     )
     assert "pod1: stopped by a rule (stop_rule:price_cap); refused:" in out[3]
-    assert runpod.variables("SpotEvalPodBidResume") == []
+    assert runpod.actions("start") == []
     assert [(n["what"], n["reason"]) for n in record.notes()] == [("refused", "stop_rule:price_cap")]
 
 
@@ -198,4 +198,4 @@ def test_the_loop_ends_with_exit_1_when_only_a_wider_grant_would_start_the_node(
     ]
     assert captured.err == "operate: the grant refuses to start pod1: widen it and run again\n"
     assert [(n["what"], n["reason"]) for n in record.notes()] == [("refused", "stop_rule:budget")]
-    assert runpod.variables("SpotEvalPodBidResume") == []
+    assert runpod.actions("start") == []

@@ -103,8 +103,9 @@ def test_bids_are_in_usd() -> None:
     )
 
 
-def test_runpod_declares_interruptible_pods_only() -> None:
-    rejects("runpod-eu", "node.market", node__market="on_demand")
+def test_runpod_declares_on_demand_pods_only() -> None:
+    assert "no spot capacity through its API" in rejects("runpod-eu", "node.market", node__market="spot")
+    assert parse_with("runpod-eu", node__market=None).node.market == "on_demand"
 
 
 def test_market_whose_price_is_above_the_cap_is_refused() -> None:

@@ -104,7 +104,8 @@ def test_stack_renders_with_the_same_outputs_as_every_other(path: Path) -> None:
     assert tuple(r.outputs) == OUTPUT_NAMES + captured
     assert r.outputs["provider"] == settings["spot-eval:provider"]
     assert r.outputs["run_id"] == settings["spot-eval:run_id"]
-    assert r.outputs["market"] == "spot"
+    assert r.outputs["market"] == settings["spot-eval:node"]["market"]
+    assert r.outputs["market"] == ("on_demand" if r.outputs["provider"] == "runpod" else "spot")
     assert r.outputs["server_port"] == settings["spot-eval:server"]["port"]
     assert r.outputs["address_kind"] in ("ephemeral", "static")
     assert len(r.outputs["node_ids"]) == 1

@@ -214,14 +214,34 @@ def test_runpod_stack_has_the_common_outputs_and_the_configured_bucket() -> None
     assert len(r.outputs["node_ids"]) == 1 and r.outputs["node_ids"][0]
 
 
-def test_runpod_pod_is_interruptible_with_the_bid_capped_by_the_grant() -> None:
+def test_runpod_pod_is_on_demand_in_secure_cloud_with_the_price_capped_by_the_grant() -> None:
     pod = _dynamic(runpod(), "-pod")
     assert pod["gpu_type"] == "NVIDIA A40" and pod["gpu_count"] == 1
-    assert pod["max_bid_per_gpu"] == 0.40  # grant.price_cap per node-hour / 1 GPU
+    assert pod["max_price_per_gpu"] == 0.5  # grant.price_cap per node-hour / 1 GPU
     assert pod["cloud_type"] == "SECURE" and pod["volume_mount_path"] == "/workspace"
     assert pod["ports"] == ["8000/http"]
     two = _dynamic(variant(RUNPOD, node__gpu_count=2), "-pod")
-    assert two["max_bid_per_gpu"] == 0.2
+    assert two["max_price_per_gpu"] == 0.25
+    assert runpod().outputs["market"] == "on_demand"
+
+
+def test_runpod_refuses_spot_because_no_api_offers_interruptible_pods() -> None:
+    with pytest.raises(RenderError) as info:
+        variant(RUNPOD, node__market="spot")
+    message = str(info.value)
+    assert message.startswith(
+        "stack config spot-eval:node.market: runpod offers no spot capacity through its API"
+    )
+    assert "REST v1 (`interruptible`) retired 2026-11-15" in message and "checked 2026-12-01" in message
+    assert message.endswith("use on_demand") and "\n" not in message
+
+
+def test_runpod_refuses_community_cloud_since_the_pod_mounts_a_network_volume() -> None:
+    with pytest.raises(RenderError) as info:
+        variant(RUNPOD, runpod__cloud_type="COMMUNITY")
+    message = str(info.value)
+    assert message.startswith("stack config spot-eval:runpod.cloud_type: COMMUNITY has no network volumes")
+    assert "https://docs.runpod.io/storage/network-volumes" in message and message.endswith("use SECURE")
 
 
 def test_runpod_weights_volume_is_held_and_mounted_by_the_pod() -> None:
@@ -301,39 +321,39 @@ def _pod_props(**changes: Any) -> dict[str, Any]:
     return props
 
 
-def test_pod_create_rents_an_interruptible_pod_at_the_minimum_bid(fake: FakeRunpod) -> None:
+def test_pod_create_reads_the_price_then_creates_an_on_demand_pod_over_rest_v2(fake: FakeRunpod) -> None:
     result = PodProvider().create(_pod_props())
-    (sent,) = fake.variables("SpotEvalPodRent")
-    assert sent["input"]["bidPerGpu"] == 0.24 and sent["input"]["gpuTypeId"] == "NVIDIA A40"
-    assert sent["input"]["networkVolumeId"] == "vol0001" and sent["input"]["dataCenterId"] == "EU-RO-1"
-    assert {
-        "key": "AWS_SECRET_ACCESS_KEY",
-        "value": "{{ RUNPOD_SECRET_spot_eval_s3_secret_access_key }}",
-    } in sent["input"]["env"]
-    assert result.id == "pod0001" and (result.outs or {})["bid_per_gpu"] == 0.24
-    assert fake.variables("SpotEvalGpuPrice") == [{"id": "NVIDIA A40", "gpuCount": 1}]
+    assert fake.operations() == ["getGpuType", "createPod"]
+    (sent,) = fake.variables("createPod")
+    assert "interruptible" not in sent and "bidPerGpu" not in sent
+    assert sent["gpu"] == {"id": "NVIDIA A40", "count": 1} and sent["cloud"] == "SECURE"
+    assert sent["mounts"] == {"network": [{"volumeId": "vol0001", "path": "/workspace"}]}
+    assert sent["dataCenterIds"] == ["EU-RO-1"] and sent["ports"] == ["8000/http"]
+    assert sent["env"]["AWS_SECRET_ACCESS_KEY"] == "{{ RUNPOD_SECRET_spot_eval_s3_secret_access_key }}"
+    assert result.id == "pod0001" and (result.outs or {})["price_per_gpu"] == 0.4
 
 
-def test_pod_create_is_refused_when_the_minimum_bid_is_above_the_cap(fake: FakeRunpod) -> None:
-    fake.prices["NVIDIA A40"]["minimumBidPrice"] = 0.45
+def test_pod_create_is_refused_when_the_price_is_above_the_cap(fake: FakeRunpod) -> None:
+    fake.prices["NVIDIA A40"]["secure"] = 0.55
     with pytest.raises(RunpodError, match="above the most the grant allows"):
         PodProvider().create(_pod_props())
-    assert "SpotEvalPodRent" not in fake.operations()
+    assert "createPod" not in fake.operations()
 
 
-def test_pod_update_stops_and_resumes_with_a_capped_bid_and_delete_terminates(fake: FakeRunpod) -> None:
+def test_pod_update_stops_and_starts_after_the_price_and_delete_terminates(fake: FakeRunpod) -> None:
     provider = PodProvider()
     created = provider.create(_pod_props())
     olds = dict(created.outs or {})
     stopped = provider.update(created.id, olds, {**olds, "stopped": True})
-    assert fake.variables("SpotEvalPodStop") == [{"podId": created.id}]
+    assert fake.actions("stop") == [created.id]
     provider.update(created.id, dict(stopped.outs or {}), {**olds, "stopped": False})
-    assert fake.variables("SpotEvalPodBidResume") == [{"podId": created.id, "bidPerGpu": 0.24, "gpuCount": 1}]
+    assert fake.actions("start") == [created.id]
+    assert fake.operations()[-2:] == ["getGpuType", "podAction"]
     diff = provider.diff(created.id, olds, {**olds, "image": "runpod/pytorch:other"})
-    assert diff.replaces == ["image"] and diff.changes
+    assert diff.replaces == ["image"] and diff.changes and diff.delete_before_replace
     assert not provider.diff(created.id, olds, dict(olds)).changes
     provider.delete(created.id, olds)
-    assert fake.variables("SpotEvalPodTerminate") == [{"podId": created.id}]
+    assert fake.variables("deletePod") == [{"id": created.id}]
 
 
 def test_volume_provider_creates_grows_and_never_shrinks(fake: FakeRunpod) -> None:

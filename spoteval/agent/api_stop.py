@@ -9,8 +9,9 @@ returns as soon as the API has accepted the request (the stop itself then ends t
 The providers it serves are those whose facts say `api_stop` (spoteval/providers.py). A Nebius VM
 needs none: with `recovery_policy: FAIL` a shutdown from inside stops it (`on_done: poweroff`).
 
-- runpod: `podStop` through Runpod's GraphQL API with the pod's own `RUNPOD_POD_ID` and
-  `RUNPOD_API_KEY` (standard library only; `RUNPOD_API_BASE_URL` points elsewhere).
+- runpod: the `stop` action of Runpod's REST API v2 (`POST /v2/pods/{id}/action`) with the pod's
+  own `RUNPOD_POD_ID` and `RUNPOD_API_KEY` (standard library only; `RUNPOD_REST_URL` points
+  elsewhere).
 
 Exit codes: 0 the stop is requested; 1 the API refused or could not be reached; 2 bad input.
 Standard library only (Python >= 3.10).

@@ -7,8 +7,8 @@ where one answers a node with the standard library alone -> `unknown`.
 - aws: spot nodes read `DescribeSpotPriceHistory`, signed with the instance role's credentials
   (spoteval/agent/aws_price.py; `price_api_url` overrides the EC2 endpoint); on-demand nodes take
   the configured price.
-- gcp: the Cloud Billing Catalog needs an API key; nebius an authenticated API; runpod a GraphQL
-  API key; k8s and local have no price of their own: configured or unknown.
+- gcp: the Cloud Billing Catalog needs an API key; nebius an authenticated API; runpod an API
+  key; k8s and local have no price of their own: configured or unknown.
 """
 
 from __future__ import annotations

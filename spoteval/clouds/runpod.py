@@ -1,28 +1,31 @@
-"""Runpod control plane: interruptible pods through Runpod's GraphQL API (standard library only).
+"""Runpod control plane: on-demand pods through Runpod's REST API v2 (standard library only).
 
-The official `runpod` SDK (1.12) has no call for interruptible pods (`podRentInterruptable`,
-`podBidResume`) and builds its queries by pasting values into the query text, so this module speaks
-GraphQL itself, with variables: a small client (`RunpodApi`) that the control plane, the node
-agent's API stop (`spoteval.agent.api_stop`) and the Pulumi dynamic provider
+Runpod offers no interruptible pods through any API it documents today (spoteval/providers.py,
+`RUNPOD`, checked 2026-12-01): REST v1 (`interruptible` on `PodCreateInput`) was retired on
+2026-11-15, REST v2's `CreatePodRequest` has no interruptible or bid field, and the GraphQL
+`podRentInterruptable` / `podBidResume` were removed from the docs and announced for removal (the
+GraphQL API itself retires in early 2027). So this module speaks REST v2 only, one path for pods,
+prices and network volumes: a small client (`RunpodApi`) that the control plane, the node agent's
+API stop (`spoteval.agent.api_stop`) and the Pulumi dynamic provider
 (`components/runpod_provider.py`) share. It needs nothing beyond the standard library, so it runs on
 the pod too.
 
-- Credentials: `RUNPOD_API_KEY` (sent as `Authorization: Bearer`). Address: `RUNPOD_API_BASE_URL`
-  (as the official SDK reads it; GraphQL at `{base}/graphql`, default `DEFAULT_API_BASE`) and
-  `RUNPOD_REST_URL` (network volumes, default `DEFAULT_REST_URL`). Tests point both at a fake.
+- Credentials: `RUNPOD_API_KEY` (sent as `Authorization: Bearer`). Address: `RUNPOD_REST_URL`
+  (default `DEFAULT_REST_URL`, `https://api.runpod.io/v2`). Tests point it at a fake.
 - A node id is the pod id. The stack's `instance_type` output is the GPU type id (`NVIDIA L4`).
-- State: `pod { desiredStatus runtime }`: RUNNING with a runtime is running, RUNNING without one is
-  still starting (pending), EXITED is stopped (how an interrupted pod is left), TERMINATED is gone.
-- Price: `gpuTypes { lowestPrice(input: {gpuCount}) { minimumBidPrice uninterruptablePrice } }`:
-  the minimum bid per GPU now (spot) or the on-demand price, times the pod's GPUs (`price_source`
-  `api`); when the API has no price for the type, the configured price.
-- Stop: `podStop`; start: `podBidResume` at the minimum bid now, never above the stack's
-  `max_bid_per_gpu` output (the grant's price cap per GPU): a start that would need a higher bid is
-  refused. A resumed pod may come back with fewer GPUs than it had (Runpod gives the machine's GPUs
-  to others while a pod is stopped): `start()` then fails naming it.
+- State: `GET /v2/pods/{id}`: RUNNING with a runtime is running; PROVISIONING, STARTING and RUNNING
+  without a runtime are pending; EXITED and ERROR are stopped (both take `start`); TERMINATED (or
+  404) is gone.
+- Price: `GET /v2/catalog/gpus/{id}`: the list price per GPU-hour of the pod's cloud (`price.secure`
+  or `price.community`; the catalog prices per cloud, not per data center) times the pod's GPUs
+  (`price_source` `api`); when the catalog has no such GPU type, the configured price.
+- Stop / start: `POST /v2/pods/{id}/action` with `stop` / `start`, then polling. A start reads the
+  price first and is refused above the stack's `max_price_per_gpu` output (the grant's cap per
+  GPU). A started pod may come back with fewer GPUs than it had (its machine's GPUs went to others
+  while it was stopped): `start()` then fails naming it.
 - Runpod has no API that preempts a pod on request: `simulate_preemption()` stops it.
-- Address: the pod's public IP (`runtime.ports`); the model server's public port differs from its
-  private one, see `server_url()`.
+- Address: the pod's public IP (`runtime.ports[].ip`); private address kinds: the global
+  networking IP. The model server's public port differs from its private one, see `server_url()`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,65 +53,29 @@ from spoteval.clouds.base import (
 from spoteval.price import Price
 from spoteval.providers import RUNPOD
 
-#: GraphQL base and REST API (spoteval/providers.py)
-DEFAULT_API_BASE: Final = RUNPOD.api_urls["graphql"]
+#: REST API v2 (spoteval/providers.py)
 DEFAULT_REST_URL: Final = RUNPOD.api_urls["rest"]
 API_KEY_ENV: Final = "RUNPOD_API_KEY"
-API_BASE_ENV: Final = "RUNPOD_API_BASE_URL"
 REST_URL_ENV: Final = "RUNPOD_REST_URL"
+#: the clouds a pod runs in; network volumes exist in SECURE only
+CLOUDS: Final = ("SECURE", "COMMUNITY")
 
-GPU_PRICE: Final = """
-query SpotEvalGpuPrice($id: String!, $gpuCount: Int!) {
-  gpuTypes(input: {id: $id}) {
-    id
-    displayName
-    communitySpotPrice
-    secureSpotPrice
-    lowestPrice(input: {gpuCount: $gpuCount}) { minimumBidPrice uninterruptablePrice }
-  }
+_STATES: Final = {
+    "PROVISIONING": "pending",
+    "STARTING": "pending",
+    "EXITED": "stopped",
+    "ERROR": "stopped",
+    "TERMINATED": "terminated",
 }
-"""
-POD: Final = """
-query SpotEvalPod($podId: String!) {
-  pod(input: {podId: $podId}) {
-    id
-    name
-    desiredStatus
-    costPerHr
-    gpuCount
-    machineId
-    lastStatusChange
-    runtime { ports { ip isIpPublic privatePort publicPort type } }
-  }
-}
-"""
-POD_STOP: Final = """
-mutation SpotEvalPodStop($podId: String!) {
-  podStop(input: {podId: $podId}) { id desiredStatus }
-}
-"""
-POD_BID_RESUME: Final = """
-mutation SpotEvalPodBidResume($podId: String!, $bidPerGpu: Float!, $gpuCount: Int!) {
-  podBidResume(input: {podId: $podId, bidPerGpu: $bidPerGpu, gpuCount: $gpuCount}) {
-    id desiredStatus costPerHr
-  }
-}
-"""
-POD_RENT_INTERRUPTABLE: Final = """
-mutation SpotEvalPodRent($input: PodRentInterruptableInput!) {
-  podRentInterruptable(input: $input) { id desiredStatus costPerHr machineId }
-}
-"""
-POD_TERMINATE: Final = """
-mutation SpotEvalPodTerminate($podId: String!) {
-  podTerminate(input: {podId: $podId})
-}
-"""
-
-_STATES: Final = {"EXITED": "stopped", "TERMINATED": "terminated", "CREATED": "pending"}
-#: Words of a podBidResume refused for lack of GPUs on the pod's machine (worth retrying later)
-#: [unconfirmed: the GraphQL API documents no error codes; checked 2026-12-01]
-CAPACITY_WORDS: Final = ("no longer any instances available", "not enough free gpus", "no gpus available")
+#: Words of a start or create refused for lack of GPUs (worth retrying later)
+#: [unconfirmed: the v2 API documents no capacity error code; checked 2026-12-01]
+CAPACITY_WORDS: Final = (
+    "no longer any instances available",
+    "not enough free gpus",
+    "no gpus available",
+    "no instances available",
+    "capacity",
+)
 
 
 class RunpodError(Exception):
@@ -117,7 +85,6 @@ class RunpodError(Exception):
 @dataclass(frozen=True)
 class PodPort:
     ip: str
-    public: bool
     private_port: int
     public_port: int
     type: str
@@ -126,11 +93,13 @@ class PodPort:
 @dataclass(frozen=True)
 class Pod:
     id: str
-    desired_status: str
+    status_word: str
     cost_per_hr: float | None
     gpu_count: int | None
+    cloud: str
     has_runtime: bool
     ports: tuple[PodPort, ...] = ()
+    private_ip: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -145,42 +114,46 @@ class Pod:
                     ports.append(
                         PodPort(
                             ip=str(port["ip"]),
-                            public=bool(port.get("isIpPublic")),
-                            private_port=int(port.get("privatePort") or 0),
-                            public_port=int(port.get("publicPort") or 0),
+                            private_port=int(port.get("private") or 0),
+                            public_port=int(port.get("public") or 0),
                             type=str(port.get("type") or ""),
                         )
                     )
                 except (TypeError, ValueError):
                     continue
-        cost = raw.get("costPerHr")
-        gpus = raw.get("gpuCount")
+        gpu = raw.get("gpu")
+        gpus = gpu.get("count") if isinstance(gpu, Mapping) else None
+        networking = raw.get("globalNetworking")
+        private = networking.get("ip") if isinstance(networking, Mapping) else None
         return cls(
             id=str(raw.get("id") or ""),
-            desired_status=str(raw.get("desiredStatus") or "UNKNOWN"),
-            cost_per_hr=float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
-            gpu_count=int(gpus) if isinstance(gpus, int) and not isinstance(gpus, bool) else None,
-            has_runtime=isinstance(runtime, Mapping),
+            status_word=str(raw.get("status") or "UNKNOWN"),
+            cost_per_hr=_number(raw.get("cost")),
+            gpu_count=gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else None,
+            cloud=str(raw.get("cloud") or "SECURE"),
+            has_runtime=isinstance(runtime, Mapping) and bool(runtime),
             ports=tuple(ports),
+            private_ip=str(private) if private else None,
             raw=dict(raw),
         )
 
     @property
     def status(self) -> str:
-        if self.desired_status == "RUNNING":
+        if self.status_word == "RUNNING":
             return "running" if self.has_runtime else "pending"
-        return _STATES.get(self.desired_status, "unknown")
+        return _STATES.get(self.status_word, "unknown")
 
 
 @dataclass(frozen=True)
 class GpuPrice:
-    """Prices per GPU-hour of one GPU type (None where the API gives none)."""
+    """List prices per GPU-hour of one GPU type, per cloud (None where the catalog gives none)."""
 
     gpu_type: str
-    minimum_bid: float | None
-    on_demand: float | None
-    community_spot: float | None
-    secure_spot: float | None
+    secure: float | None
+    community: float | None
+
+    def of(self, cloud: str) -> float | None:
+        return self.secure if cloud == "SECURE" else self.community
 
 
 def _number(value: object) -> float | None:
@@ -191,10 +164,9 @@ def _number(value: object) -> float | None:
 
 @dataclass(frozen=True)
 class RunpodApi:
-    """Runpod's GraphQL (pods, prices) and REST (network volumes) APIs, with the standard library."""
+    """Runpod's REST API v2 (pods, the GPU catalog, network volumes), with the standard library."""
 
     api_key: str
-    api_base: str = DEFAULT_API_BASE
     rest_url: str = DEFAULT_REST_URL
     timeout_s: float = 30.0
 
@@ -204,21 +176,14 @@ class RunpodApi:
         key = env.get(API_KEY_ENV, "")
         if not key:
             raise RunpodError(f"{API_KEY_ENV} is not set (the Runpod API key)")
-        return cls(
-            api_key=key,
-            api_base=(env.get(API_BASE_ENV) or DEFAULT_API_BASE).rstrip("/"),
-            rest_url=(env.get(REST_URL_ENV) or DEFAULT_REST_URL).rstrip("/"),
-            timeout_s=timeout_s,
-        )
+        rest = (env.get(REST_URL_ENV) or DEFAULT_REST_URL).rstrip("/")
+        return cls(api_key=key, rest_url=rest, timeout_s=timeout_s)
 
-    @property
-    def graphql_url(self) -> str:
-        return f"{self.api_base.rstrip('/')}/graphql"
-
-    def _send(self, method: str, url: str, body: object | None, what: str) -> Any:
+    def rest(self, method: str, path: str, body: object | None, what: str) -> Any:
+        """One call; the answer's JSON (None when empty); RunpodError names `what` and the problem."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            url,
+            f"{self.rest_url.rstrip('/')}/{path.lstrip('/')}",
             data=data,
             method=method,
             headers={
@@ -232,11 +197,16 @@ class RunpodApi:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
                 text = reply.read()
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode(errors="replace").strip()
+            raw = exc.read()[:500].decode(errors="replace").strip()
             if exc.code in (401, 403):
                 raise RunpodError(
                     f"{what}: HTTP {exc.code}: the API key is refused ({API_KEY_ENV})"
                 ) from None
+            try:
+                doc = json.loads(raw)
+                detail = str(doc.get("detail") or doc.get("title") or raw)
+            except (ValueError, AttributeError):
+                detail = raw
             raise RunpodError(f"{what}: HTTP {exc.code}: {detail}") from None
         except (OSError, ValueError) as exc:
             raise RunpodError(f"{what}: {exc}") from None
@@ -247,113 +217,78 @@ class RunpodApi:
         except ValueError:
             raise RunpodError(f"{what}: the answer is not JSON: {text[:200]!r}") from None
 
-    def graphql(self, document: str, variables: Mapping[str, Any], what: str) -> Mapping[str, Any]:
-        """Run one query or mutation; returns its `data`, or raises RunpodError with the first error."""
-        doc = self._send("POST", self.graphql_url, {"query": document, "variables": dict(variables)}, what)
-        if not isinstance(doc, Mapping):
-            raise RunpodError(f"{what}: the answer is not a JSON object")
-        errors = doc.get("errors")
-        if errors:
-            first = errors[0] if isinstance(errors, list) and errors else errors
-            message = first.get("message") if isinstance(first, Mapping) else first
-            raise RunpodError(f"{what}: {message}")
-        data = doc.get("data")
-        if not isinstance(data, Mapping):
-            raise RunpodError(f"{what}: the answer has no data")
-        return data
-
-    def rest(self, method: str, path: str, body: object | None, what: str) -> Any:
-        return self._send(method, f"{self.rest_url.rstrip('/')}/{path.lstrip('/')}", body, what)
-
-    # --- pods and prices ------------------------------------------------------------------------
-
-    def gpu_price(self, gpu_type: str, gpu_count: int = 1) -> GpuPrice | None:
-        what = f"runpod gpuTypes {gpu_type!r}"
-        data = self.graphql(GPU_PRICE, {"id": gpu_type, "gpuCount": gpu_count}, what)
-        types = data.get("gpuTypes") or []
-        if not isinstance(types, list):
-            raise RunpodError(f"{what}: gpuTypes is not a list")
-        for entry in types:
-            if isinstance(entry, Mapping) and entry.get("id") == gpu_type:
-                lowest = entry.get("lowestPrice") or {}
-                if not isinstance(lowest, Mapping):
-                    lowest = {}
-                return GpuPrice(
-                    gpu_type=gpu_type,
-                    minimum_bid=_number(lowest.get("minimumBidPrice")),
-                    on_demand=_number(lowest.get("uninterruptablePrice")),
-                    community_spot=_number(entry.get("communitySpotPrice")),
-                    secure_spot=_number(entry.get("secureSpotPrice")),
-                )
-        return None
-
-    def pod(self, pod_id: str) -> Pod | None:
-        data = self.graphql(POD, {"podId": pod_id}, f"runpod pod {pod_id}")
-        raw = data.get("pod")
-        return Pod.parse(raw) if isinstance(raw, Mapping) else None
-
-    def stop_pod(self, pod_id: str) -> str:
-        data = self.graphql(POD_STOP, {"podId": pod_id}, f"runpod podStop {pod_id}")
-        result = data.get("podStop")
-        return str(result.get("desiredStatus") or "") if isinstance(result, Mapping) else ""
-
-    def bid_resume(self, pod_id: str, bid_per_gpu: float, gpu_count: int) -> Pod:
-        variables = {"podId": pod_id, "bidPerGpu": bid_per_gpu, "gpuCount": gpu_count}
-        data = self.graphql(POD_BID_RESUME, variables, f"runpod podBidResume {pod_id}")
-        result = data.get("podBidResume")
-        if not isinstance(result, Mapping):
-            raise RunpodError(f"runpod podBidResume {pod_id}: no pod in the answer")
-        return Pod.parse(result)
-
-    def rent_interruptable(self, pod_input: Mapping[str, Any]) -> Pod:
-        what = f"runpod podRentInterruptable {pod_input.get('name')!r}"
-        data = self.graphql(POD_RENT_INTERRUPTABLE, {"input": dict(pod_input)}, what)
-        result = data.get("podRentInterruptable")
-        if not isinstance(result, Mapping) or not result.get("id"):
-            raise RunpodError(f"{what}: no pod in the answer (no capacity at this bid?)")
-        return Pod.parse(result)
-
-    def terminate_pod(self, pod_id: str) -> None:
-        self.graphql(POD_TERMINATE, {"podId": pod_id}, f"runpod podTerminate {pod_id}")
-
-    # --- network volumes (REST) -----------------------------------------------------------------
-
-    def create_network_volume(self, name: str, size_gb: int, data_center: str) -> Mapping[str, Any]:
-        body = {"name": name, "size": size_gb, "dataCenterId": data_center}
-        result = self.rest("POST", "networkvolumes", body, f"runpod create network volume {name!r}")
-        if not isinstance(result, Mapping) or not result.get("id"):
-            raise RunpodError(f"runpod create network volume {name!r}: no id in the answer")
-        return result
-
-    def network_volume(self, volume_id: str) -> Mapping[str, Any] | None:
+    def _found(self, method: str, path: str, what: str) -> Mapping[str, Any] | None:
         try:
-            result = self.rest(
-                "GET", f"networkvolumes/{volume_id}", None, f"runpod network volume {volume_id}"
-            )
+            result = self.rest(method, path, None, what)
         except RunpodError as exc:
             if "HTTP 404" in str(exc):
                 return None
             raise
         return result if isinstance(result, Mapping) else None
 
+    # --- pods and prices ------------------------------------------------------------------------
+
+    def gpu_price(self, gpu_type: str) -> GpuPrice | None:
+        path = f"catalog/gpus/{urllib.parse.quote(gpu_type, safe='')}"
+        entry = self._found("GET", path, f"runpod catalog GPU {gpu_type!r}")
+        if entry is None:
+            return None
+        price = entry.get("price")
+        price = price if isinstance(price, Mapping) else {}
+        return GpuPrice(gpu_type, _number(price.get("secure")), _number(price.get("community")))
+
+    def pod(self, pod_id: str) -> Pod | None:
+        raw = self._found("GET", f"pods/{pod_id}", f"runpod pod {pod_id}")
+        return Pod.parse(raw) if raw is not None else None
+
+    def action(self, pod_id: str, action: str) -> Pod | None:
+        """`start`, `stop` or `terminate`; the pod as it is now (None after terminate)."""
+        result = self.rest("POST", f"pods/{pod_id}/action", {"action": action}, f"runpod {action} {pod_id}")
+        return Pod.parse(result) if isinstance(result, Mapping) else None
+
+    def stop_pod(self, pod_id: str) -> None:
+        self.action(pod_id, "stop")
+
+    def create_pod(self, pod_input: Mapping[str, Any]) -> Pod:
+        what = f"runpod create pod {pod_input.get('name')!r}"
+        result = self.rest("POST", "pods", dict(pod_input), what)
+        if not isinstance(result, Mapping) or not result.get("id"):
+            raise RunpodError(f"{what}: no pod in the answer")
+        return Pod.parse(result)
+
+    def terminate_pod(self, pod_id: str) -> None:
+        self.rest("DELETE", f"pods/{pod_id}", None, f"runpod terminate {pod_id}")
+
+    # --- network volumes ------------------------------------------------------------------------
+
+    def create_network_volume(self, name: str, size_gb: int, data_center: str) -> Mapping[str, Any]:
+        body = {"name": name, "size": size_gb, "dataCenter": data_center}
+        result = self.rest("POST", "network-volumes", body, f"runpod create network volume {name!r}")
+        if not isinstance(result, Mapping) or not result.get("id"):
+            raise RunpodError(f"runpod create network volume {name!r}: no id in the answer")
+        return result
+
+    def network_volume(self, volume_id: str) -> Mapping[str, Any] | None:
+        return self._found("GET", f"network-volumes/{volume_id}", f"runpod network volume {volume_id}")
+
     def resize_network_volume(self, volume_id: str, size_gb: int) -> Mapping[str, Any]:
         result = self.rest(
-            "PATCH", f"networkvolumes/{volume_id}", {"size": size_gb}, f"runpod resize {volume_id}"
+            "PATCH", f"network-volumes/{volume_id}", {"size": size_gb}, f"runpod resize {volume_id}"
         )
         return result if isinstance(result, Mapping) else {}
 
     def delete_network_volume(self, volume_id: str) -> None:
-        self.rest("DELETE", f"networkvolumes/{volume_id}", None, f"runpod delete network volume {volume_id}")
+        self.rest("DELETE", f"network-volumes/{volume_id}", None, f"runpod delete network volume {volume_id}")
 
 
-def capped_bid(minimum_bid: float, max_bid: float | None) -> float:
-    """The bid for a start: the minimum that gets capacity now, refused above the grant's cap."""
-    if max_bid is not None and minimum_bid > max_bid + 1e-9:
+def capped_price(per_gpu: float, max_per_gpu: float | None) -> float:
+    """The price per GPU-hour a start would pay, refused above the grant's cap."""
+    if max_per_gpu is not None and per_gpu > max_per_gpu + 1e-9:
         raise RunpodError(
-            f"the minimum bid {minimum_bid:g} per GPU-hour is above the most the grant allows "
-            f"({max_bid:g} per GPU-hour)"
+            f"the price {per_gpu:g} per GPU-hour is above the most the grant allows "
+            f"({max_per_gpu:g} per GPU-hour)"
         )
-    return round(minimum_bid, 4)
+    return round(per_gpu, 4)
 
 
 class RunpodPlane:
@@ -368,7 +303,7 @@ class RunpodPlane:
         self.config = config
         self.api = api
         self.gpu_type = outputs.instance_type
-        self.max_bid = _number(outputs.extra.get("max_bid_per_gpu"))
+        self.max_price = _number(outputs.extra.get("max_price_per_gpu"))
         count = outputs.extra.get("gpu_count")
         self.gpu_count: int | None = count if isinstance(count, int) and not isinstance(count, bool) else None
 
@@ -392,62 +327,48 @@ class RunpodPlane:
             raise ControlPlaneError(f"runpod pod {self.node}: no such pod")
         return pod
 
-    def _gpus(self, pod: Pod | None = None) -> int:
-        if self.gpu_count is not None:
-            return self.gpu_count
-        pod = pod or self._pod()
-        return pod.gpu_count or 1
+    def _gpus(self, pod: Pod) -> int:
+        return self.gpu_count if self.gpu_count is not None else (pod.gpu_count or 1)
 
     def state(self) -> NodeState:
         pod = self._pod()
         return NodeState(
             pod.status,
-            pod.desired_status,
+            pod.status_word,
             {"gpu_count": pod.gpu_count, "cost_per_hr": pod.cost_per_hr, "runtime": pod.has_runtime},
         )
 
     def address(self) -> str | None:
         pod = self._pod()
-        if not pod.ports:
-            return None
         if self.outputs.address_kind in PRIVATE_ADDRESS_KINDS:
-            private = [p for p in pod.ports if not p.public]
-            return private[0].ip if private else None
-        public = [p for p in pod.ports if p.public]
-        return (public or list(pod.ports))[0].ip
+            return pod.private_ip if pod.has_runtime else None
+        return pod.ports[0].ip if pod.ports else None
 
     def server_url(self) -> str | None:
         """http://IP:PORT where the model server's private port is published, if it is."""
-        pod = self._pod()
-        for port in pod.ports:
-            if port.private_port == self.outputs.server_port and port.public:
+        for port in self._pod().ports:
+            if port.private_port == self.outputs.server_port and port.public_port:
                 return f"http://{port.ip}:{port.public_port}"
         return None
 
-    def _price(self, gpus: int) -> tuple[Price | None, float | None]:
+    def _price(self, pod: Pod) -> Price | None:
+        gpus = self._gpus(pod)
         prices: GpuPrice | None = self._call(
-            f"runpod price {self.gpu_type}", self.api.gpu_price, self.gpu_type, gpus
+            f"runpod price {self.gpu_type}", self.api.gpu_price, self.gpu_type
         )
-        if prices is None:
-            return None, None
-        per_gpu = prices.minimum_bid if self.outputs.market == "spot" else prices.on_demand
+        per_gpu = None if prices is None else prices.of(pod.cloud)
         if per_gpu is None:
-            return None, prices.minimum_bid
-        details = {
-            "gpu_type": self.gpu_type,
-            "gpu_count": gpus,
-            "per_gpu": per_gpu,
-            "minimum_bid_per_gpu": prices.minimum_bid,
-            "on_demand_per_gpu": prices.on_demand,
-        }
-        return Price(round(per_gpu * gpus, 6), "USD", "api", details), prices.minimum_bid
+            return None
+        details = {"gpu_type": self.gpu_type, "gpu_count": gpus, "per_gpu": per_gpu, "cloud": pod.cloud}
+        return Price(round(per_gpu * gpus, 6), "USD", "api", details)
 
     def price_now(self) -> Price:
         pod = self._pod()
-        gpus = self._gpus(pod)
-        price, _ = self._price(gpus)
+        price = self._price(pod)
         if price is None:
-            return configured_price(self.config, reason=f"the API has no price for {self.gpu_type}")
+            return configured_price(
+                self.config, reason=f"the API has no {pod.cloud} price for {self.gpu_type}"
+            )
         return Price(
             price.per_hour,
             price.currency,
@@ -464,22 +385,23 @@ class RunpodPlane:
 
     def start(self, timeout_s: float) -> None:
         what = f"runpod start {self.node}"
-        current = self.state()
-        if current.running:
+        pod = self._pod()
+        if pod.status == "running":
             return
-        if current.status == "terminated":
+        if pod.status == "terminated":
             raise ControlPlaneError(f"{what}: the pod is terminated")
-        gpus = self._gpus()
-        if current.status == "stopped":
-            _, minimum = self._price(gpus)
-            if minimum is None:
-                raise ControlPlaneError(f"{what}: the API gives no minimum bid for {self.gpu_type}")
+        gpus = self._gpus(pod)
+        if pod.status == "stopped":
+            price = self._price(pod)  # the price in force, read before every start
+            if price is None and self.max_price is not None:
+                raise ControlPlaneError(f"{what}: the API gives no {pod.cloud} price for {self.gpu_type}")
+            if price is not None:
+                try:
+                    capped_price(float(price.details["per_gpu"]), self.max_price)
+                except RunpodError as exc:
+                    raise ControlPlaneError(f"{what}: {exc}") from None
             try:
-                bid = capped_bid(minimum, self.max_bid)
-            except RunpodError as exc:
-                raise ControlPlaneError(f"{what}: {exc}") from None
-            try:
-                self._call(what, self.api.bid_resume, self.node, bid, gpus)
+                self._call(what, self.api.action, self.node, "start")
             except ControlPlaneError as exc:
                 if any(w in str(exc).lower() for w in CAPACITY_WORDS):
                     raise CapacityError(str(exc)) from None
@@ -489,7 +411,7 @@ class RunpodPlane:
         if isinstance(got, int) and got < gpus:
             raise CapacityError(
                 f"{what}: the pod came back with {got} GPU(s) instead of {gpus} (its machine's GPUs are "
-                "taken); stop it and start it again later, or rent a new pod"
+                "taken); stop it and start it again later, or create a new pod"
             )
 
     def simulate_preemption(self, timeout_s: float) -> str:
@@ -503,7 +425,6 @@ def pod_input(
     image: str,
     gpu_type: str,
     gpu_count: int,
-    bid_per_gpu: float,
     cloud_type: str,
     container_disk_gb: int,
     docker_args: str,
@@ -513,24 +434,19 @@ def pod_input(
     data_center: str | None,
     volume_mount_path: str,
 ) -> dict[str, Any]:
-    """The `PodRentInterruptableInput` of an interruptible pod."""
+    """The `CreatePodRequest` of an on-demand GPU pod (REST v2)."""
     value: dict[str, Any] = {
         "name": name,
-        "imageName": image,
-        "gpuTypeId": gpu_type,
-        "gpuCount": gpu_count,
-        "bidPerGpu": bid_per_gpu,
-        "cloudType": cloud_type,
-        "containerDiskInGb": container_disk_gb,
-        "volumeInGb": 0,
-        "dockerArgs": docker_args,
-        "ports": ",".join(ports),
-        "env": [{"key": k, "value": v} for k, v in sorted(env.items())],
-        "volumeMountPath": volume_mount_path,
-        "startSsh": False,
+        "image": image,
+        "gpu": {"id": gpu_type, "count": gpu_count},
+        "cloud": cloud_type,
+        "disk": container_disk_gb,
+        "args": docker_args,
+        "ports": list(ports),
+        "env": dict(sorted(env.items())),
     }
     if network_volume_id:
-        value["networkVolumeId"] = network_volume_id
+        value["mounts"] = {"network": [{"volumeId": network_volume_id, "path": volume_mount_path}]}
     if data_center:
-        value["dataCenterId"] = data_center
+        value["dataCenterIds"] = [data_center]
     return value

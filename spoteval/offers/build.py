@@ -26,7 +26,7 @@ from spoteval.providers import facts
 from spoteval.stack import is_stack_name, stack_file, stack_settings
 
 #: where the GCP Catalog and Azure Retail Prices are asked (a test points them at a loopback fake;
-#: AWS endpoints come from boto3's own `AWS_ENDPOINT_URL_*`, Runpod's from `RUNPOD_API_BASE_URL`)
+#: AWS endpoints come from boto3's own `AWS_ENDPOINT_URL_*`, Runpod's from `RUNPOD_REST_URL`)
 GCP_CATALOG_ENV: Final = "SPOTEVAL_GCP_CATALOG_URL"
 AZURE_PRICES_ENV: Final = "SPOTEVAL_AZURE_PRICES_URL"
 WORKLOAD_KEY: Final = "spot-eval:workload"

@@ -1,10 +1,10 @@
-"""Runpod offer prices from its GraphQL API: the minimum bid (spot) or on-demand price per GPU, now.
+"""Runpod offer prices from its REST API v2 catalog: the on-demand list price per GPU, now.
 
-`RunpodApi.gpu_price` (the control plane's own query, `gpuTypes { lowestPrice(input: {gpuCount}) }`)
-gives per GPU-hour prices for a GPU type and GPU count; the offer's price is that times its GPUs.
-The query takes no data center, so the price is Runpod's lowest across its cloud: scope `global`
-(the offer's region is where the stack would rent, not something the price depends on here); kind
-`current`; USD. Needs `RUNPOD_API_KEY`.
+`RunpodApi.gpu_price` (`GET /v2/catalog/gpus/{id}`, the control plane's own read) gives the list
+price per GPU-hour per cloud; the offer's price is the Secure Cloud one (the stack's pods mount a
+network volume, which exists in Secure Cloud only) times its GPUs. The catalog prices per cloud, not
+per data center: scope `global`; kind `current`; USD. Runpod offers no interruptible pods through any
+current API (spoteval/providers.py), so a spot offer has no price. Needs `RUNPOD_API_KEY`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from collections.abc import Sequence
 
 from spoteval.clouds.runpod import GpuPrice, RunpodApi, RunpodError
 from spoteval.offers.prices import Clock, Offer, OfferPrice, PriceUnavailable, Reading, api_price
+from spoteval.providers import RUNPOD
+
+CLOUD = "SECURE"
 
 
 class RunpodPrices:
@@ -25,30 +28,32 @@ class RunpodPrices:
         except RunpodError as exc:
             raise PriceUnavailable(str(exc)) from None
         out: dict[Offer, Reading] = {}
-        asked: dict[tuple[str, int], GpuPrice | None] = {}
+        asked: dict[str, GpuPrice | None] = {}
         for offer in offers:
+            if offer.market not in RUNPOD.markets:
+                out[offer] = f"Runpod offers no {offer.market} pods through its API"
+                continue
             gpus = offer.gpus or 1
-            key = (offer.instance_type, gpus)
-            if key not in asked:
+            if offer.instance_type not in asked:
                 try:
-                    asked[key] = api.gpu_price(offer.instance_type, gpus)
+                    asked[offer.instance_type] = api.gpu_price(offer.instance_type)
                 except RunpodError as exc:
                     raise PriceUnavailable(str(exc)) from None
-            prices = asked[key]
+            prices = asked[offer.instance_type]
             read_at = clock()
             if prices is None:
                 out[offer] = f"Runpod has no GPU type {offer.instance_type!r}"
                 continue
-            per_gpu = prices.minimum_bid if offer.market == "spot" else prices.on_demand
+            per_gpu = prices.of(CLOUD)
             if per_gpu is None:
-                out[offer] = f"Runpod gives no {offer.market} price for {gpus} x {offer.instance_type} now"
+                out[offer] = f"Runpod gives no {CLOUD} price for {offer.instance_type} now"
                 continue
-            details = {"per_gpu": per_gpu, "gpus": gpus, "gpu_type": offer.instance_type}
+            details = {"per_gpu": per_gpu, "gpus": gpus, "gpu_type": offer.instance_type, "cloud": CLOUD}
             out[offer] = OfferPrice(
                 api_price(per_gpu * gpus, "USD", source_details=details),
                 read_at,
                 kind="current",
                 scope="global",
-                api="runpod graphql gpuTypes.lowestPrice",
+                api="runpod rest v2 catalog/gpus price",
             )
         return out
