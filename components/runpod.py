@@ -52,11 +52,14 @@ from components.startup import (
 )
 from spoteval.agent.config import build_agent_config
 from spoteval.providers import RUNPOD_NETWORK_VOLUMES as NETWORK_VOLUMES
+from spoteval.record import RunLayout
 
 WORKSPACE: Final = "/workspace"
 CACHE_DIR: Final = f"{WORKSPACE}/spot-eval-cache"
 STATE_DIR: Final = f"{WORKSPACE}/spot-eval"
 CONFIG_FILE: Final = "/tmp/spot-eval-agent.json"
+#: where the stack puts the agent bundle and the manifest (under the bucket URL's prefix)
+BUNDLE_DIR: Final = OBJECT_KEY.rsplit("/", 1)[0] + "/"
 BUNDLE_FILE: Final = "/tmp/spot-eval-agent-bundle.zip"
 
 # --- the stack config: rules for the common keys, the `runpod:` block -----------------------------
@@ -189,6 +192,43 @@ def pod_env(settings: Settings) -> dict[str, str]:
         "HF_HOME": f"{CACHE_DIR}/huggingface",
         "PIP_CACHE_DIR": f"{CACHE_DIR}/pip",
         "SPOT_EVAL_CACHE_DIR": CACHE_DIR,
+    }
+
+
+def bucket_key_policy(settings: Settings) -> dict[str, Any]:
+    """The least the pod's bucket key (the Runpod secrets) needs, as an AWS IAM policy for the key's
+    user: the bucket is not declared here, so the user grants this. It writes and reads its run's
+    prefix, reads the agent bundle and manifest (which it cannot write), lists its run only, and
+    deletes nothing."""
+    bucket, _, prefix = own(settings).bucket_url.removeprefix("s3://").partition("/")
+    root = f"{prefix}/" if prefix else ""
+    run = f"{root}{RunLayout(settings.run_id).prefix}"
+    arn = f"arn:aws:s3:::{bucket}"
+    assert MANIFEST_KEY.startswith(BUNDLE_DIR)
+    allow: dict[str, Any] = {"Effect": "Allow"}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                **allow,
+                "Sid": "RunRecord",
+                "Action": ["s3:PutObject", "s3:GetObject"],
+                "Resource": f"{arn}/{run}*",
+            },
+            {
+                **allow,
+                "Sid": "AgentBundle",
+                "Action": ["s3:GetObject"],
+                "Resource": f"{arn}/{root}{BUNDLE_DIR}*",
+            },
+            {
+                **allow,
+                "Sid": "ListRunRecord",
+                "Action": ["s3:ListBucket"],
+                "Resource": arn,
+                "Condition": {"StringLike": {"s3:prefix": [f"{run}*"]}},
+            },
+        ],
     }
 
 

@@ -428,16 +428,12 @@ NEBIUS: Final = ProviderFacts(
 
 
 _NB_ACTIONS = "https://docs.nebius.com/object-storage/supported-actions"
-#: Nebius roles, by what the project uses each for: the node's (its bucket policy rules, whose paths
-#: are keys or prefixes ending in "*" (storage/v1/bucket_policy.proto), and one access permit on the
-#: MysteryBox secret), and the operator's. Documented: auditor, viewer, editor, admin, storage.*.
+#: Nebius roles by use: the node's (bucket policy rules with key or "prefix*" paths, storage/v1/
+#: bucket_policy.proto; a permit on the secret) and the operator's. Documented: general, storage.*
 NEBIUS_ROLES: Final = {
     "write": ("storage.uploader", Source(_NB_ACTIONS, note="PutObject, multipart; no Get, no Delete")),
     "read": ("storage.object-viewer", Source(_NB_ACTIONS, note="GetObject, HeadObject")),
-    "list": (
-        "storage.object-lister",
-        Source(_NB_ACTIONS, note="key names; a prefix rule covering listing is undocumented [unconfirmed]"),
-    ),
+    "list": ("storage.object-lister", Source(_NB_ACTIONS, note="key names; prefix rules: [unconfirmed]")),
     "secret": (
         "mysterybox.payload-viewer",
         Source("https://docs.nebius.com/mysterybox/secrets/create-version", note="sub-role of admin only"),
@@ -457,6 +453,11 @@ _RP_NO_SPOT = Source(
 )
 #: network volumes exist in Secure Cloud only
 RUNPOD_NETWORK_VOLUMES: Final = Source("https://docs.runpod.io/storage/network-volumes")
+#: the RUNPOD_API_KEY Runpod sets inside a pod (what the agent's API stop uses)
+RUNPOD_POD_KEY: Final = Source(
+    "https://docs.runpod.io/pods/templates/environment-variables",
+    note="pod-scoped; that REST v2 takes it for the pod's own stop action is [unconfirmed]",
+)
 
 RUNPOD: Final = ProviderFacts(
     name="runpod",
@@ -486,10 +487,8 @@ RUNPOD: Final = ProviderFacts(
     api_stop=True,
     sources=_cited(
         (_RP_PRICING, "notice_s notice_via sigterm_grace_s metadata billed_from_boot"),
-        (
-            _RP_V2,
-            "price api_urls restarts_itself can_stay_stopped restart os_poweroff os_poweroff_billed api_stop",
-        ),
+        (_RP_V2, "price api_urls restarts_itself can_stay_stopped restart os_poweroff os_poweroff_billed"),
+        (RUNPOD_POD_KEY, "api_stop"),
         (_RP_NO_SPOT, "takes_bid markets"),
         (RUNPOD_NETWORK_VOLUMES, "address default_address"),
     ),

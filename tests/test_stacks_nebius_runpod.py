@@ -16,7 +16,9 @@ import pytest
 
 from components.base import OUTPUT_NAMES
 from components.mocks import STACKS_DIR, Rendered, RenderError, read_stack_config, render_config, render_stack
+from components.runpod import bucket_key_policy
 from components.runpod_provider import PodProvider, VolumeProvider
+from components.settings import parse as parse_settings
 from spoteval.agent.config import parse as parse_agent_config
 from spoteval.clouds.runpod import RunpodError
 from tests.fake_runpod import FakeRunpod
@@ -273,6 +275,32 @@ def test_runpod_pod_env_references_secrets_and_the_start_command_execs_the_agent
         "endpoint": "https://s3.eu-central-1.amazonaws.com",
         "region": "eu-central-1",
     }
+
+
+def test_runpod_bucket_key_writes_only_its_run_reads_its_bundle_and_deletes_nothing() -> None:
+    raw = {k.removeprefix("spot-eval:"): v for k, v in read_stack_config(RUNPOD).items()}
+    settings = parse_settings(raw, stack="runpod-eu")
+    policy = json.loads(json.dumps(bucket_key_policy(settings)))
+    allowed = {
+        (action, resource)
+        for statement in policy["Statement"]
+        if statement["Effect"] == "Allow"
+        for action in statement["Action"]
+        for resource in [statement["Resource"]]
+    }
+    bucket = "arn:aws:s3:::spot-eval-results-demo"
+    run = f"{bucket}/evals/runs/qwen7b-drill-runpod/*"
+    assert allowed == {
+        ("s3:PutObject", run),
+        ("s3:GetObject", run),
+        ("s3:GetObject", f"{bucket}/evals/spot-eval/*"),
+        ("s3:ListBucket", bucket),
+    }
+    (listing,) = [st for st in policy["Statement"] if st["Action"] == ["s3:ListBucket"]]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["evals/runs/qwen7b-drill-runpod/*"]}}
+    objects = {d.inputs["key"] for d in runpod().of_type("aws:s3/bucketObjectv2:BucketObjectv2")}
+    writable = run.removeprefix(f"{bucket}/").removesuffix("*")
+    assert objects and not any(key.startswith(writable) for key in objects)  # the bundle is read-only
 
 
 def test_runpod_bundle_and_manifest_go_to_the_configured_bucket() -> None:
