@@ -449,7 +449,8 @@ _RP_V2 = "https://github.com/runpod/docs/blob/main/api-reference-v2/openapi.json
 _RP_NO_SPOT = Source(
     "https://docs.runpod.io/api-reference-v2/pods/create-a-pod",
     note="REST v2 CreatePodRequest has no interruptible or bid field; REST v1 (`interruptible`) retired "
-    "2026-11-15; GraphQL podRentInterruptable removed from the docs (runpod/docs#626) and the API",
+    "2026-11-15; GraphQL podRentInterruptable out of the docs (runpod/docs#626) and being removed "
+    "(runpod/runpodctl#267)",
 )
 #: network volumes exist in Secure Cloud only
 RUNPOD_NETWORK_VOLUMES: Final = Source("https://docs.runpod.io/storage/network-volumes")
