@@ -3,7 +3,7 @@ that reaches only what the node needs, with the `pulumi-nebius` provider.
 
 - Result bucket (`StorageV1Bucket`): versioned, private (no anonymous rule), `protect=True`,
   `retain_on_delete=True`. Its bucket policy names one group only, whose sole member is the node's
-  service account, with the documented storage roles (spoteval/providers.py `NEBIUS_ROLES`):
+  service account, with the documented storage roles (spoteval/provider_rules.py `NEBIUS_ROLES`):
   `storage.uploader` + `storage.object-viewer` on the run's prefix (`evals/runs/{run_id}/*`: write
   and read back its records), `storage.object-viewer` on the stack's prefix (`evals/*`: the agent
   bundle and manifest) and `storage.object-lister` on the bucket (key names only). No role has
@@ -43,7 +43,8 @@ from components.holds import exclusive
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import SERVICE, render_startup_script
-from spoteval.providers import NEBIUS, NEBIUS_ROLES
+from spoteval.provider_rules import NEBIUS_ROLES
+from spoteval.providers import NEBIUS
 from spoteval.record import RunLayout
 
 OBJECT_STORAGE: Final = NEBIUS.api_urls["object_storage"]

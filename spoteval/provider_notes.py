@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from spoteval.provider_rules import NEBIUS_ROLES
 from spoteval.providers import (
     CHECKED,
     K8S_FLAVOURS,
-    NEBIUS_ROLES,
     PROVIDERS,
     STOP_MARGIN_S,
     ProviderFacts,

@@ -1,7 +1,7 @@
 """Provider facts behind the stacks' stop rules and the node's permissions (the rest of the provider
 facts: spoteval/providers.py, at its size limit): the metric the AWS agent publishes for the idle
-alarm, and the condition keys, roles and schedules the stacks rely on, each with its page and the
-date checked. Standard library only: this module ships in the node's agent bundle.
+alarm, and the condition keys, roles (Nebius: `NEBIUS_ROLES`) and schedules the stacks rely on, each
+with its page and the date checked. Standard library only: this module ships in the node's agent bundle.
 """
 
 from __future__ import annotations
@@ -148,5 +148,27 @@ POOL_ENGINES: Final[Mapping[str, PoolEngine]] = {
             "(spotRestorePolicy.restoreTimeout) brings them back only within its window; whether the "
             "capacity itself drops on eviction is not confirmed, so the operator sets it back",
         ),
+    ),
+}
+
+
+_NB_ACTIONS = "https://docs.nebius.com/object-storage/supported-actions"
+
+#: Nebius roles by use: the node's (bucket policy rules with key or "prefix*" paths, storage/v1/
+#: bucket_policy.proto; a permit on the secret) and the operator's. Documented: general, storage.*
+NEBIUS_ROLES: Final = {
+    "write": ("storage.uploader", Source(_NB_ACTIONS, note="PutObject, multipart; no Get, no Delete")),
+    "read": ("storage.object-viewer", Source(_NB_ACTIONS, note="GetObject, HeadObject")),
+    "list": (
+        "storage.object-lister",
+        Source(_NB_ACTIONS, note="key names; whether a prefix rule covers listing: [unconfirmed]"),
+    ),
+    "secret": (
+        "mysterybox.payload-viewer",
+        Source("https://docs.nebius.com/mysterybox/secrets/create-version", note="sub-role of admin only"),
+    ),
+    "operator": (
+        "editor",
+        Source("https://docs.nebius.com/iam/authorization/roles", note="start/stop; no compute-only role"),
     ),
 }

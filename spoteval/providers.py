@@ -427,23 +427,6 @@ NEBIUS: Final = ProviderFacts(
 )
 
 
-_NB_ACTIONS = "https://docs.nebius.com/object-storage/supported-actions"
-#: Nebius roles by use: the node's (bucket policy rules with key or "prefix*" paths, storage/v1/
-#: bucket_policy.proto; a permit on the secret) and the operator's. Documented: general, storage.*
-NEBIUS_ROLES: Final = {
-    "write": ("storage.uploader", Source(_NB_ACTIONS, note="PutObject, multipart; no Get, no Delete")),
-    "read": ("storage.object-viewer", Source(_NB_ACTIONS, note="GetObject, HeadObject")),
-    "list": ("storage.object-lister", Source(_NB_ACTIONS, note="key names; prefix rules: [unconfirmed]")),
-    "secret": (
-        "mysterybox.payload-viewer",
-        Source("https://docs.nebius.com/mysterybox/secrets/create-version", note="sub-role of admin only"),
-    ),
-    "operator": (
-        "editor",
-        Source("https://docs.nebius.com/iam/authorization/roles", note="start/stop; no compute-only role"),
-    ),
-}
-
 _RP_PRICING = "https://docs.runpod.io/pods/pricing"
 _RP_V2 = "https://github.com/runpod/docs/blob/main/api-reference-v2/openapi.json"
 _RP_NO_SPOT = Source(

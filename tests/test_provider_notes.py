@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from spoteval.provider_notes import render
-from spoteval.providers import CHECKED, K8S_FLAVOURS, NEBIUS_ROLES, PROVIDERS
+from spoteval.provider_rules import NEBIUS_ROLES
+from spoteval.providers import CHECKED, K8S_FLAVOURS, PROVIDERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "providers.md"
 
