@@ -101,7 +101,9 @@ def workflow_changes(stack: str, workflow: str) -> tuple[dict[str, Any], dict[st
     before, after = WORKFLOWS[workflow]
     if workflow == "pool":
         after = {**after, **POOL_EXTRA.get(provider_of(stack), {})}
-    if workflow == "flip market":
+    if workflow == "flip market":  # to the other market (a Runpod stack is on-demand: to spot)
+        current = read_stack_config(STACKS[stack])["spot-eval:node"]["market"]
+        after = {**after, "node__market": "spot" if current == "on_demand" else "on_demand"}
         both = FLIP_BOTH.get(provider_of(stack), {})
         before, after = {**before, **both}, {**after, **both}
     return dict(before), dict(after)
