@@ -95,7 +95,7 @@ STOP_KEYS: Final = frozenset({"max_runtime_hours", "idle_minutes", "on_done", "n
 ON_DONE: Final = ("exit", "poweroff", "api_stop")
 ADDRESS_KINDS: Final = ("ephemeral", "static")
 #: providers whose spot capacity takes a price bid that the stack declares (AWS max price, Azure
-#: billing profile, Runpod bid per GPU); bids are in USD.
+#: billing profile); bids are in USD.
 BIDDING_PROVIDERS: Final = frozenset(p.key for p in BY_KEY.values() if p.takes_bid)
 
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
@@ -324,12 +324,7 @@ def _node(block: SettingsReader, provider: str, rules: CommonKeyRules, grant: Gr
         raise _grant_error(exc) from None
     market = block.choice("market", MARKETS, "spot" if "spot" in facts.markets else facts.markets[0])
     if market not in facts.markets:
-        source = facts.source("markets")
-        raise SettingsError(
-            "node.market",
-            f"{provider} offers no {market} capacity through its API ({source.note}; {source.url}, "
-            f"checked {source.checked}): use {' or '.join(facts.markets)}",
-        )
+        raise SettingsError("node.market", facts.market_refusal(market))
     count = block.integer("count", 1, minimum=0)
     image = block.string("image")
     problem = rules.image(image) if rules.image is not None else None

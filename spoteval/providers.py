@@ -122,6 +122,13 @@ class ProviderFacts:
     def source(self, fact: str) -> Source:
         return self.sources[fact]
 
+    def market_refusal(self, market: str) -> str:
+        """Why a stack cannot declare `market` here, in one line with the source and its date."""
+        s = self.sources["markets"]
+        why = f"{s.note}; {s.url}, checked {s.checked}"
+        use = " or ".join(self.markets)
+        return f"{self.name} offers no {market} capacity through its API ({why}): use {use}"
+
     @property
     def stop_timeout_s(self) -> int:
         """Seconds the agent's service gets between SIGTERM and SIGKILL: inside the notice."""
