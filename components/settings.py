@@ -91,7 +91,7 @@ EVAL_KEYS: Final = frozenset(
 )
 STOP_KEYS: Final = frozenset({"max_runtime_hours", "idle_minutes", "on_done", "notify_emails"})
 
-#: api_stop: the agent stops the node through the provider's API (Nebius, Runpod)
+#: api_stop: the agent stops the node through the provider's API (Runpod)
 ON_DONE: Final = ("exit", "poweroff", "api_stop")
 ADDRESS_KINDS: Final = ("ephemeral", "static")
 #: providers whose spot capacity takes a price bid that the stack declares (AWS max price, Azure
