@@ -96,7 +96,8 @@ PLANNED: dict[tuple[str, str], dict[str, list[str]]] = {
         "create": ["Deployment:gke-server", "Job:gke-episodes", "Service:gke-server"],
     },
     ("k8s-gke", "pool"): {
-        "replace": ["Job:gke-episodes"],
+        # the agent's config gains its `pool` section (claims, the model server to scale to zero)
+        "replace": ["ConfigMap:gke-agent", "Job:gke-episodes"],
         "delete": [],
         "create": ["PersistentVolumeClaim:gke-agent-spool-shared"],
     },

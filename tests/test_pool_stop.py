@@ -12,7 +12,7 @@ import pytest
 from components.mocks import Rendered
 from spoteval.agent.config import parse
 from spoteval.agent.scale_zero import ScaleTarget
-from tests.test_stacks import STACK_OF, agent_template, rendered, variant_cached
+from tests.test_stacks import STACK_OF, agent_template, rendered, variant, variant_cached
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -24,6 +24,8 @@ GCP_CONDITION = re.compile(
 
 
 def pool(provider: str) -> Rendered:
+    if provider == "k8s":  # a Kubernetes pool needs a shared (ReadWriteMany) spool claim
+        return variant(provider, node__count=3, k8s__shared_spool_class="standard-rwx")
     return variant_cached(provider, "node__count", 3)
 
 
