@@ -21,7 +21,7 @@ _AZ_LIST = "https://learn.microsoft.com/rest/api/monitor/activitylogs/list"
 _AZ_RETENTION = "https://learn.microsoft.com/azure/azure-monitor/essentials/activity-log"
 _K8S_DISRUPTION = "https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions"
 _NB_AUDIT = "https://github.com/nebius/api/tree/main/nebius/audit/v2"
-_RP_GRAPHQL = "https://docs.runpod.io/sdks/graphql/manage-pods"
+_RP_REST = "https://docs.runpod.io/api-reference-v2/pods/get-a-pod"
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ EVENT_HISTORY: Final = {
         retention_days=None,
         source=Source(_NB_AUDIT, note="preemptions as audit events: not documented"),
     ),
-    # Runpod's API has no event history of a pod (only its current desiredStatus). No reader.
+    # Runpod's REST API v2 has no event history of a pod (only its current status). No reader.
     "runpod": EventHistory(
         capture="",
         api="",
@@ -134,6 +134,6 @@ EVENT_HISTORY: Final = {
         state_change="",
         stopped_states=frozenset(),
         retention_days=None,
-        source=Source(_RP_GRAPHQL, note="no event history in the GraphQL or REST API"),
+        source=Source(_RP_REST, note="REST API v2: a pod's current status only, no event history"),
     ),
 }
