@@ -48,6 +48,9 @@ test: lint workflows typecheck pytest
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks.placement_cli
 	$(PY) -m benchmarks.agent_bench
+	$(PY) -m benchmarks.claims_bench
+	$(PY) -m benchmarks.pool_bench
+	$(PY) -m benchmarks.harness_bench
 
 # What a stack declares, rendered with Pulumi's mocks (no cloud account): make plan STACK=aws-us-east-1
 STACK ?= aws-us-east-1
