@@ -75,6 +75,16 @@ def _claim_ops(target: StoreTarget) -> list[tuple[str, str]]:
     return out
 
 
+def _taken_over_holders(target: StoreTarget) -> dict[str, str]:
+    """Every holder whose episodes another node took over after its lease expired -> its node."""
+    store = Store(target.url, target.options)
+    docs = [json.loads(store.get(k) or b"{}") for k in store.list(PoolLayout("pool1").chunks_prefix())]
+    node_of = {doc["holder"]: doc["node"] for doc in docs}
+    return {
+        doc["from"]: node_of.get(doc["from"], "?") for doc in docs if doc["op"] == "takeover" and doc["from"]
+    }
+
+
 def _stolen(target: StoreTarget) -> list[str]:
     store = Store(target.url, target.options)
     out = []
@@ -123,7 +133,12 @@ def test_three_agents_one_lost_for_good_and_one_added_with_a_new_id(
     record = read_record(store, "pool1")
     assert sorted(record.results) == ids
     beyond = _completed(record) - 60
-    assert 0 <= beyond <= 3  # at most the lost node's concurrency (attempts durable, results not)
+    # The documented bound: at most one node's concurrency (3) of attempts complete twice per holder
+    # cut off from its claims while it ran: the lost node c, and any live holder whose renewals came
+    # later than the expiry on a loaded machine (its episodes were taken over while it still ran).
+    cut = _taken_over_holders(target)
+    assert any(node == "c" for node in cut.values())
+    assert 0 <= beyond <= 3 * len(cut), (beyond, cut)
     ops = _claim_ops(target)
     assert any(op == "takeover" for op, node in ops)  # the lost node's episodes were taken over
     lost = [a for attempts in record.attempts.values() for a in attempts if a.details.get("lost")]
