@@ -351,9 +351,8 @@ class Drill:
     ) -> None:
         """One node: a new life when it was started, its own end, the provider's notice and kill."""
         plane = m.plane
-        with plane.lock:  # a start in progress sets its count and launch time together
-            if plane.starts != m.chaos.start:  # the node was started (by the operator after the first)
-                m.chaos = self._new_life(plane)
+        if plane.starts != m.chaos.start:  # the node was started (by the operator after the first)
+            m.chaos = self._new_life(plane)
         exit_codes.extend(code for _, code in plane.exits())
         if not m.chaos.over and not plane.state().running:  # it ended by itself (or was stopped)
             m.chaos.over = True

@@ -123,13 +123,12 @@ class LocalPlane:
                 raise CapacityError(
                     f"local start {self.node}: no capacity now (it comes back in {wait:.1f} s)"
                 )
-            launched, launched_mono = utc_now(), self.clock()
             try:
                 self.process = self.launch(self.starts + 1)
             except OSError as exc:
                 raise ControlPlaneError(f"local start {self.node}: {exc}") from None
-            self.launched, self.launched_mono = launched, launched_mono
             self.starts += 1
+            self.launched, self.launched_mono = utc_now(), self.clock()
             self.last_stop = "running"
             self.held = False
             self._await_boot(self.process, self.launched.timestamp(), timeout_s)
