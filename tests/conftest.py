@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from spoteval import standin
 from tests import servers
 
 
@@ -73,3 +75,17 @@ def any_target(request: pytest.FixtureRequest) -> StoreTarget:
     name = {"file": "file_target", "s3": "s3_target", "az": "azure_target"}[request.param]
     target: StoreTarget = request.getfixturevalue(name)
     return target
+
+
+@pytest.fixture
+def standin_server() -> Iterator[standin.StandinServer]:
+    """The stand-in model server on a free loopback port, serving until the test ends."""
+    server = standin.serve("127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -4,7 +4,6 @@ ARM API and Retail Prices API; the stand-in model server)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,21 +50,8 @@ def arm() -> Iterator[tuple[RisingArm, FakeApi]]:
         api.close()
 
 
-@pytest.fixture
-def model_server() -> Iterator[standin.StandinServer]:
-    server = standin.serve("127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
 def test_a_price_above_the_cap_at_the_second_start_refuses_it(
-    arm: tuple[RisingArm, FakeApi], model_server: standin.StandinServer, tmp_path: Path
+    arm: tuple[RisingArm, FakeApi], standin_server: standin.StandinServer, tmp_path: Path
 ) -> None:
     state, api = arm
     node = plane(api, price=None)
@@ -82,7 +68,7 @@ def test_a_price_above_the_cap_at_the_second_start_refuses_it(
                 cycles=2,
                 leave="stopped",
                 timeouts=Timeouts(stop_s=30, start_s=30, serve_s=30, ready_s=30),
-                health_url=model_server.base_url,
+                health_url=standin_server.base_url,
                 wait_ready=False,
                 poll_s=0.02,
                 progress=progress,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,23 +26,13 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRunpod]:
         server.close()
 
 
-@pytest.fixture
-def model_server() -> Iterator[standin.StandinServer]:
-    server = standin.serve("127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
 def test_restart_cycle_finds_the_model_server_at_the_published_port(
-    tmp_path: Path, fake: FakeRunpod, model_server: standin.StandinServer, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    fake: FakeRunpod,
+    standin_server: standin.StandinServer,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    published = model_server.server_address[1]
+    published = standin_server.server_address[1]
     fake.add_pod("pod0001", ip="127.0.0.1", ports=[(8000, published)])
     outputs = tmp_path / "outputs.json"
     outputs.write_text(
