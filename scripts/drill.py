@@ -4,7 +4,8 @@
                             [--episodes N] [--concurrency C] [--lifetime-s S] [--notice-s S]
                             [--capacity-delay-s S] [--seed N] [--out DIR] [--timeout-s S]
                             [--manifest FILE.jsonl] [--harness inspect|lm-eval]
-                            [--preempt-after-samples N] [--nodes K] [--shared] [--json]
+                            [--preempt-after-samples N] [--preempt-after-results N]
+                            [--server standin|vllm] [--nodes K] [--shared] [--json]
 
 No cloud account: the store is a local folder (`file`, the default) or S3 on a moto server the drill
 starts on loopback (`s3`, needs `moto[server]`), or any store URL with its credentials in the
@@ -13,7 +14,10 @@ built-in sample episode (0.5-3 s each, 3 % failing as model failures), unless `-
 (with a `{port}` placeholder) and `--eval-command` (with the agent's `{episode_id}`, `{model_url}`,
 `{output}` placeholders) say otherwise: rehearse your own harness's resume path this way.
 `--harness inspect|lm-eval` runs that harness's shipped task in shards; `--preempt-after-samples N`
-then takes the node's first life once N samples are in the store.
+then takes the node's first life once N samples are in the store (`--preempt-after-results N`: once
+N episode results are). `--server vllm` runs the real vLLM server on this machine's CPU with a tiny
+model (the vLLM environment comes from `make vllm`; without it: one line naming it, exit 2), with
+longer lives and episodes by default.
 
 The controller takes the node away after exponential lifetimes (mean `--lifetime-s`, default 45 s):
 SIGTERM to the agent `--notice-s` before the end, SIGKILL of everything on the node at the end, a
@@ -69,13 +73,32 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --harness: take the first node once N samples are in the store",
     )
-    p.add_argument("--manifest", help="manifest.jsonl of your episodes (default: --episodes sample episodes)")
-    p.add_argument("--episodes", type=int, default=d.episodes, help="sample episodes (default %(default)s)")
     p.add_argument(
-        "--concurrency", type=int, default=d.concurrency, help="episodes in flight (default %(default)s)"
+        "--preempt-after-results",
+        type=int,
+        metavar="N",
+        help="take the first node once N episode results are in the store",
     )
     p.add_argument(
-        "--lifetime-s", type=float, default=d.lifetime_s, help="mean lifetime (default %(default)s)"
+        "--server",
+        choices=drill.SERVERS,
+        default="standin",
+        help="the model server: the stand-in (default) or vLLM on this CPU (needs `make vllm`)",
+    )
+    vllm = drill.VLLM_DEFAULTS
+    p.add_argument("--manifest", help="manifest.jsonl of your episodes (default: --episodes sample episodes)")
+    p.add_argument(
+        "--episodes", type=int, help=f"sample episodes (default {d.episodes}; {vllm['episodes']} with vllm)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        help=f"episodes in flight (default {d.concurrency}; {vllm['concurrency']} with vllm)",
+    )
+    p.add_argument(
+        "--lifetime-s",
+        type=float,
+        help=f"mean lifetime (default {d.lifetime_s}; {vllm['lifetime_s']} with vllm)",
     )
     p.add_argument(
         "--notice-s", type=float, default=d.notice_s, help="notice before the kill (default %(default)s)"
@@ -90,7 +113,9 @@ def _parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=d.seed, help="seed of lifetimes, delays, sample (default %(default)s)"
     )
     p.add_argument(
-        "--timeout-s", type=float, default=d.timeout_s, help="stop the drill after (default %(default)s)"
+        "--timeout-s",
+        type=float,
+        help=f"stop the drill after (default {d.timeout_s}; {vllm['timeout_s']} with vllm)",
     )
     p.add_argument("--nodes", type=int, default=d.nodes, help="nodes sharing the run (default %(default)s)")
     p.add_argument("--out", help="folder for the drill's files (default drill-<time>)")
@@ -115,21 +140,30 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
     out = (
         Path(args.out) if args.out else Path(f"drill-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
     )
+    defaults = drill.server_defaults(args.server)
+
+    def given(name: str) -> Any:
+        value = getattr(args, name)
+        return defaults[name] if value is None else value
+
     return drill.DrillConfig(
         out=out,
         store=args.store,
-        episodes=args.episodes,
-        concurrency=args.concurrency,
-        lifetime_s=args.lifetime_s,
+        episodes=given("episodes"),
+        concurrency=given("concurrency"),
+        lifetime_s=given("lifetime_s"),
         notice_s=args.notice_s,
         capacity_delay_s=args.capacity_delay_s,
         seed=args.seed,
         eval_command=_command(args.eval_command, "--eval-command"),
         server_command=_command(args.server_command, "--server-command"),
-        timeout_s=args.timeout_s,
+        timeout_s=given("timeout_s"),
+        episode_seconds=defaults["episode_seconds"],
         manifest=Path(args.manifest) if args.manifest else None,
         harness=args.harness,
         preempt_after_samples=args.preempt_after_samples,
+        preempt_after_results=args.preempt_after_results,
+        server=args.server,
         nodes=args.nodes,
     )
 

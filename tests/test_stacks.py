@@ -31,6 +31,7 @@ from components.mocks import (
 from components.startup import AWS_USER_DATA_LIMIT
 from spoteval.agent import exits
 from spoteval.agent.config import parse as parse_agent_config
+from spoteval.vllm.facts import IMAGE
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 STACK_FILES = stack_files()
@@ -571,7 +572,7 @@ def test_kubernetes_model_server_runs_on_a_spot_gpu_with_its_cache() -> None:
     deployment = r.one("kubernetes:apps/v1:Deployment")
     pod = pod_spec(deployment)
     container = pod["containers"][0]
-    assert container["image"] == "vllm/vllm-openai:v0.11.0"
+    assert container["image"] == IMAGE
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
     assert pod["nodeSelector"] == {

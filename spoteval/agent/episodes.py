@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval.agent.config import EpisodesConfig, ServerConfig, substitute
+from spoteval.agent.procgroup import GroupEnd, end_group, members, shm_held
 from spoteval.manifest import ManifestEntry
 from spoteval.record import utc_now
 
@@ -255,13 +256,20 @@ def cleanup(run: Running) -> None:
 
 
 class ModelServer:
-    """The model server as a child process group (or an external one when no command is given)."""
+    """The model server as a child process group (or an external one when no command is given).
+
+    `stop()` ends the whole group (spoteval/agent/procgroup.py): the processes the server spawned
+    too (vLLM's engine core and worker), also when the server itself has already died, and the
+    shared memory they held (noted at `note_shm()` while it ran, and again at the stop)."""
 
     def __init__(self, config: ServerConfig, log_path: str, env: Mapping[str, str]) -> None:
         self.config = config
         self.log_path = log_path
         self.env = dict(env)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started_mono: float | None = None
+        self.shm: set[str] = set()
+        self.last_end: GroupEnd | None = None
 
     def start(self) -> None:
         if not self.config.command:
@@ -280,6 +288,8 @@ class ModelServer:
                 raise ServerError(
                     f"server.command: cannot start {self.config.command[0]!r}: {exc.strerror or exc}"
                 ) from None
+        self.started_mono = time.monotonic()
+        self.shm = set()
 
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -292,19 +302,24 @@ class ModelServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self, grace_s: float = 5.0) -> None:
+    def note_shm(self) -> None:
+        """Remember the shared memory the server's processes hold now (removed at the stop)."""
         proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        if proc is not None:
+            self.shm |= shm_held(members(proc.pid))
+
+    def stop(self, grace_s: float = 5.0) -> GroupEnd | None:
+        """End the server's process group (SIGTERM, SIGKILL after `grace_s`) and its shared memory."""
+        proc = self.proc
+        if proc is None:
+            return None
+        end = end_group(proc.pid, grace_s, noted=self.shm, leader=proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+        self.shm = set()
+        if end.members or end.shm_removed:
+            self.last_end = end
+        return end
 
     def log_tail(self) -> str:
         return log_tail(self.log_path)

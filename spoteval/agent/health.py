@@ -6,7 +6,9 @@ checks its health URL (1 s timeout): every 0.1 s until it first answers (`health
 shutdown read `ok` and never make a health check themselves, so a slow or hung server cannot hold
 up a notice. A check that fails in a way that is not a connection error (a reply that is not HTTP)
 is logged, throttled, and counts as not healthy; a prober that ends by any exception is logged and
-started again. `stop()` ends the server and its prober; `start()` again gives a new one of each.
+started again. `stop()` ends the server (its whole process group and shared memory) and its prober;
+`start()` again gives a new one of each. While the server starts, its log is followed
+(spoteval/agent/server_phases.py) for its start-up phases; `phases()` gives them for `ready`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from spoteval.agent import server_phases
 from spoteval.agent.episodes import ModelServer
 
 HEALTH_EVERY_S: Final = 1.0  # between checks once healthy; also each check's timeout
@@ -31,12 +34,14 @@ class ServerWatch:
         self.ok = False  # the last check's answer
         self.checked = threading.Event()  # healthy, or it never will be (exited, timed out)
         self._generation = 0
+        self.server_log = server_phases.ServerLog(server.log_path, log)
 
     @property
     def running(self) -> bool:
         return self.server.proc is not None and self.server.exit_code() is None
 
     def start(self) -> None:
+        self.server_log.start()
         self.server.start()
         self._generation += 1
         self.healthy_mono, self.ok = None, False
@@ -46,8 +51,21 @@ class ServerWatch:
 
     def stop(self, grace_s: float = 5.0) -> None:
         self._generation += 1  # this server's prober ends
-        self.server.stop(grace_s=grace_s)
+        self.server_log.stop()
+        end = self.server.stop(grace_s=grace_s)
         self.ok = False
+        if end is not None and (end.killed or end.left or end.shm_removed):
+            self.log(
+                f"model server stopped: {end.members} process(es) in its group, {end.killed} killed after "
+                f"{grace_s:g} s, {end.left} left; {len(end.shm_removed)} shared memory segment(s) "
+                f"({end.shm_bytes} bytes) removed"
+            )
+
+    def phases(self) -> dict[str, object]:
+        """The server's start-up phases and what its log said (empty for an external server)."""
+        if not self.server.config.command:
+            return {}
+        return server_phases.details(self.server_log.marks(), self.server.started_mono, self.healthy_mono)
 
     def _current(self, generation: int) -> bool:
         return generation == self._generation and not self.stopping.is_set()
@@ -76,6 +94,7 @@ class ServerWatch:
             if self.healthy_mono is None:
                 if ok:
                     self.healthy_mono = time.monotonic()
+                    self.server.note_shm()
                     self.checked.set()
                 elif self.server.exit_code() is not None or time.monotonic() >= deadline:
                     self.checked.set()

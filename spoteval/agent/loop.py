@@ -494,10 +494,13 @@ class Agent(Starting, Stopping):
             record_read_s=self.record_read_s,
             server_started_by_agent=bool(self.config.server.command),
         )
+        details.update(self.health.phases())  # the server's own start-up phases, where its log tells
         self.event("ready", None, details)
+        phases = details.get("server_phases") or {}
         self.log(
             f"ready: server healthy {details['agent_to_server_healthy_s']} s after agent start, "
             f"first episode at {details['agent_to_first_dispatch_s']} s"
+            + ("; server phases " + ", ".join(f"{k} {v} s" for k, v in phases.items()) if phases else "")
         )
 
     # --- ended attempts -------------------------------------------------------------------------

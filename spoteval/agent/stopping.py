@@ -144,6 +144,10 @@ class Stopping:
         self.settling.clear()
         self._plan_kills()
 
+    def _server_serving(self) -> bool:
+        """The model server is running and its last health check answered (kept by a thread)."""
+        return self.server.exit_code() is None and self.health.ok
+
     def _term_grace(self) -> float:
         if self.notice is None:
             return STOP_TERM_GRACE_S
@@ -165,6 +169,12 @@ class Stopping:
                 ep.terminate(run, ep.KILL_CAPACITY, min(grace, max(0.0, finish_by + grace - now)), now)
 
     def _kill_due(self, now: float) -> None:
+        if self.notice is not None and self.server.config.command and not self._server_serving():
+            # the model server is gone (the shutdown reached it): no attempt can finish, and one
+            # waiting on a request would wait for its client's timeout; end them all now
+            for run in self.running.values():
+                if run.kill_reason is None or run.term_at is not None:
+                    ep.terminate(run, ep.KILL_CAPACITY, min(self._term_grace(), 1.0), now)
         for run in list(self.running.values()):
             if run.term_at is not None and now >= run.term_at:
                 ep.terminate(run, ep.KILL_CAPACITY, self._term_grace(), now)

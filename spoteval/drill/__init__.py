@@ -22,7 +22,9 @@ from spoteval.drill.config import (
     ON_DEMAND_PRICE,
     SAMPLE_FAIL_RATE,
     SAMPLE_SECONDS,
+    SERVERS,
     SPOT_PRICE,
+    VLLM_DEFAULTS,
     DrillConfig,
     DrillError,
     DrillResult,
@@ -30,6 +32,7 @@ from spoteval.drill.config import (
     agent_config,
     base_workload,
     sample_eval_command,
+    server_defaults,
     standin_command,
 )
 from spoteval.drill.controller import Drill, run_drill
@@ -43,7 +46,9 @@ __all__ = [
     "ON_DEMAND_PRICE",
     "SAMPLE_FAIL_RATE",
     "SAMPLE_SECONDS",
+    "SERVERS",
     "SPOT_PRICE",
+    "VLLM_DEFAULTS",
     "Display",
     "Drill",
     "DrillConfig",
@@ -64,6 +69,7 @@ __all__ = [
     "run_command",
     "run_drill",
     "sample_eval_command",
+    "server_defaults",
     "standin_command",
     "summary",
 ]

@@ -46,6 +46,42 @@ class DrillError(Exception):
     """The drill cannot run as asked (bad option, missing tool, the agent refusing its config)."""
 
 
+#: the model servers a drill can run: the stand-in, or vLLM on this machine's CPU (spoteval/vllm/)
+SERVERS: Final = ("standin", "vllm")
+#: What changes with the real server, unless given: its start takes 40-90 s here (minutes under
+#: load), so the lives are longer, the episodes too (2-8 s, so that the first life ends with work in
+#: flight), and the time limit is 15 minutes.
+VLLM_DEFAULTS: Final[Mapping[str, Any]] = {
+    "episodes": 96,
+    "concurrency": 4,
+    "lifetime_s": 180.0,
+    "timeout_s": 900.0,
+    "episode_seconds": (2.0, 8.0),
+}
+
+
+def server_defaults(server: str) -> dict[str, Any]:
+    """The drill's defaults for `server` (DrillConfig's own, or `VLLM_DEFAULTS` for vllm)."""
+    base = DrillConfig(out=Path("."))
+    keys = ("episodes", "concurrency", "lifetime_s", "timeout_s", "episode_seconds")
+    out = {k: getattr(base, k) for k in keys}
+    if server == "vllm":
+        out.update(VLLM_DEFAULTS)
+    return out
+
+
+def check_vllm(cfg: DrillConfig) -> None:
+    """`--server vllm`: the vLLM environment is installed (else one line naming `make vllm`)."""
+    from spoteval.vllm import VllmMissing, find_env
+
+    if cfg.server_command is not None:
+        raise DrillError("--server vllm runs its own server command: give no --server-command")
+    try:
+        find_env()
+    except VllmMissing as exc:
+        raise DrillError(f"--server vllm: {exc}") from None
+
+
 @dataclass(frozen=True)
 class DrillConfig:
     out: Path
@@ -71,8 +107,19 @@ class DrillConfig:
     #: the store, whatever its drawn lifetime; later lives are drawn as usual
     preempt_after_samples: int | None = None
     nodes: int = 1  # K > 1: K nodes of one run sharing its episodes through claims (a pool)
+    server: str = "standin"  # "standin" or "vllm": the real vLLM server on this machine's CPU
+    #: the node's first life ends (notice, then kill) once this many results are in the store
+    preempt_after_results: int | None = None
 
     def check(self) -> None:
+        if self.server not in SERVERS:
+            raise DrillError(f"--server {self.server!r} is not one of {', '.join(SERVERS)}")
+        if self.server == "vllm":
+            check_vllm(self)
+        if self.preempt_after_results is not None and self.preempt_after_samples is not None:
+            raise DrillError("give --preempt-after-results or --preempt-after-samples, not both")
+        if self.preempt_after_results is not None and self.preempt_after_results < 1:
+            raise DrillError(f"--preempt-after-results must be >= 1, got {self.preempt_after_results}")
         if self.nodes < 1:
             raise DrillError(f"--nodes must be >= 1, got {self.nodes}")
         for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
@@ -237,6 +284,26 @@ def standin_command(cfg: DrillConfig) -> tuple[str, ...]:
     )
 
 
+def server_command(cfg: DrillConfig, index: int) -> tuple[str, ...]:
+    """The drill's own model server: the stand-in, or vLLM serving the tiny model, its caches
+    (vLLM's compile and model-inspection cache, the Hugging Face cache) in the node's folder,
+    the node's weights disk, so that the node's next start finds them."""
+    if cfg.server != "vllm":
+        return standin_command(cfg)
+    from spoteval.vllm import VllmMissing, find_env
+    from spoteval.vllm import server_command as vllm_command
+
+    try:
+        env = find_env()
+        return vllm_command(env, env.model(), node_dir(cfg, index) / "cache")
+    except VllmMissing as exc:
+        raise DrillError(f"--server vllm: {exc}") from None
+
+
+#: a vLLM start on this loaded 2-core machine has taken up to 4 minutes
+VLLM_READY_TIMEOUT_S: Final = 600
+
+
 #: The agents' `pool` section in a drill of K > 1 nodes: renewals and expiry scaled to its seconds.
 DRILL_POOL: Final = {"batch": 8, "renew_s": 1.0, "expiry_s": 5.0}
 
@@ -262,7 +329,7 @@ def agent_config(
 ) -> dict[str, Any]:
     """The agent's config for the drill's node `index` (the same one at every start)."""
     folder = node_dir(cfg, index)
-    server = [a.replace("{port}", str(port)) for a in (cfg.server_command or standin_command(cfg))]
+    server = [a.replace("{port}", str(port)) for a in (cfg.server_command or server_command(cfg, index))]
     return build_agent_config(
         run_id=run_id,
         store=store_url,
@@ -271,7 +338,7 @@ def agent_config(
         **NODE_PLACE,
         server_url=f"http://127.0.0.1:{port}",
         server_command=server,
-        ready_timeout_s=120,
+        ready_timeout_s=VLLM_READY_TIMEOUT_S if cfg.server == "vllm" else 120,
         episodes_command=eval_command(cfg),
         concurrency=cfg.concurrency,
         max_attempts=cfg.max_attempts,

@@ -9,7 +9,8 @@
   server-side event capture does, and holds the capacity back for a delay (exponential, default mean
   5 s): a start before then fails with "no capacity", as a provider's does;
 - with `preempt_after_samples` (harness drills) the node's first life ends instead once that many
-  harness samples are in the store: the notice then, the kill `notice_s` later;
+  harness samples are in the store: the notice then, the kill `notice_s` later; likewise with
+  `preempt_after_results` once that many episode results are;
 - the operator (spoteval.operate, the same code that runs against a cloud) checks the node every half
   second: it waits for capacity with backoff, reads the price, checks the grant (spot never above the
   on-demand price), starts the node again and records the start (`restart_after_preemption`).
@@ -396,11 +397,10 @@ class Drill:
         lifetime = self.lifetimes.expovariate(1.0 / self.cfg.lifetime_s)
         t_launch = plane.launched_mono if plane.launched_mono is not None else time.monotonic()
         notice_s = self.cfg.notice_s
-        if self.cfg.preempt_after_samples is not None and plane.starts == 1:
-            n = self.cfg.preempt_after_samples
-            self._log(
-                f"{self._name(plane)}start 1 (it will be taken once {n} harness samples are in the store)"
-            )
+        counted = self._counted()
+        if counted is not None and plane.starts == 1:
+            n, what = counted
+            self._log(f"{self._name(plane)}start 1 (it will be taken once {n} {what} are in the store)")
             return _Chaos(start=1, launched=plane.launched or utc_now(), over=False, by_samples=True)
         self._log(f"{self._name(plane)}start {plane.starts} (its lifetime will be {lifetime:.1f} s)")
         return _Chaos(
@@ -412,20 +412,33 @@ class Drill:
             over=False,
         )
 
+    def _counted(self) -> tuple[int, str] | None:
+        """The first life's end by a count in the store: (how many, of what), or None."""
+        if self.cfg.preempt_after_samples is not None:
+            return self.cfg.preempt_after_samples, "harness samples"
+        if self.cfg.preempt_after_results is not None:
+            return self.cfg.preempt_after_results, "episode results"
+        return None
+
     def _preempt_by_samples(self, life: _Life, chaos: _Chaos, now: float) -> None:
-        """`preempt_after_samples`: once that many samples are in the store, the notice is now."""
+        """`preempt_after_samples` (or `_results`): once that many are in the store, the notice is now."""
+        counted = self._counted()
+        assert counted is not None
         try:
-            keys = life.store.list(f"{life.layout.prefix}harness/")
+            if self.cfg.preempt_after_samples is not None:
+                keys = life.store.list(f"{life.layout.prefix}harness/")
+                samples = sum(1 for key in keys if "/samples/" in key)
+            else:
+                samples = len(life.store.list(life.layout.results_prefix))
         except StoreError:
             return
-        samples = sum(1 for key in keys if "/samples/" in key)
-        if samples < (self.cfg.preempt_after_samples or 0):
+        if samples < counted[0]:
             return
         chaos.by_samples = False
         chaos.t_notice = now if self.cfg.notice_s > 0 else math.inf
         chaos.t_kill = now + self.cfg.notice_s
         chaos.lifetime = (utc_now() - chaos.launched).total_seconds() + self.cfg.notice_s
-        self._log(f"{samples} harness samples in the store: the node is taken")
+        self._log(f"{samples} {counted[1]} in the store: the node is taken")
 
     def _chaos(
         self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool

@@ -57,6 +57,10 @@ class Allocation(billing.PricedTime):
     agent_start: datetime | None = None
     first_dispatch: datetime | None = None
     phases: Mapping[str, float] = field(default_factory=dict)
+    #: the model server's start-up by phase, from its own log (the `ready` event's `server_phases`)
+    server_phases: Mapping[str, float] = field(default_factory=dict)
+    #: what its log said of its caches (`compile_cache`, `model_info_cache`: loaded, compiled, ...)
+    server_log: Mapping[str, Any] = field(default_factory=dict)
     last_seen: datetime | None = None
     identifiers: frozenset[str] = frozenset()
 
@@ -125,6 +129,18 @@ def _numeric_phases(details: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _server_start(details: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+    """The `ready` event's `server_phases` (numbers only, in their order) and `server_log`."""
+    raw = details.get("server_phases")
+    found = {
+        str(k): float(v)
+        for k, v in (raw.items() if isinstance(raw, Mapping) else ())
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    log = details.get("server_log")
+    return found, dict(log) if isinstance(log, Mapping) else {}
+
+
 def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float) -> Allocation:
     """The report's view of one billed stretch: how it ended, what its events said."""
     opener = stretch.opener
@@ -135,6 +151,7 @@ def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float
     last_price: float | None = None
     ready: datetime | None = opener.time if opener.kind == "ready" else None
     phases: dict[str, float] = {}
+    server: tuple[dict[str, float], dict[str, Any]] = ({}, {})
     identifiers: set[str] = set()
     for e in stretch.events:
         identifiers |= private_identifiers(e)
@@ -143,7 +160,7 @@ def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float
             if price_source == "unknown":
                 price_source = e.price_source
         if e is not opener and e.kind == "ready" and ready is None:
-            ready, phases = e.time, _numeric_phases(e.details)
+            ready, phases, server = e.time, _numeric_phases(e.details), _server_start(e.details)
     notice = stretch.notice
     closer = stretch.closer
     end_reason = closer.reason if closer is not None else None
@@ -190,6 +207,8 @@ def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float
         ready=ready,
         agent_start=agent_start,
         phases=phases,
+        server_phases=server[0],
+        server_log=server[1],
         last_seen=max(e.time for e in stretch.events),
         identifiers=frozenset(identifiers),
     )

@@ -10,6 +10,7 @@ from typing import Any
 from spoteval.record import (
     format_time,
 )
+from spoteval.report import server_start
 from spoteval.report.allocation import allocation_of
 from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.pool import to_json as pool_json
@@ -51,6 +52,7 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
             "ready": _t(a.ready, origin, shared),
             "first_dispatch": _t(a.first_dispatch, origin, shared),
             "boot_s": a.boot_s,
+            **(server_start.to_json(a) if a.server_phases or a.server_log else {}),
             "provider": a.provider,
             "region": a.region,
             "instance_type": a.instance_type,

@@ -13,6 +13,8 @@ from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
 from spoteval.report.pool import render as render_pool
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
+from spoteval.report.server_start import phase_columns
+from spoteval.report.server_start import rows as server_start_rows
 from spoteval.scores import as_text as scores_text
 
 # --- text ---------------------------------------------------------------------------------------
@@ -179,6 +181,19 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
         for k, s in sorted(report.measured_phases.items()):
             st.add_row(*_stat_row(f"  measurement {k}", s))
     say(st)
+    started = [a for a in report.allocations if a.server_phases]
+    if started:
+        sp = Table(
+            title="Model server start-up by phase, per start (from the server's own log)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+        )
+        columns = ["node", "#", "start", *phase_columns(started), "total", "caches"]
+        for i, col in enumerate(columns):
+            sp.add_column(col, justify="right" if 2 < i < len(columns) - 1 else "left")
+        for row in server_start_rows(report.allocations, alias, shared):
+            sp.add_row(*row)
+        say(sp)
 
     ep = report.episodes
     att = ep.attempts

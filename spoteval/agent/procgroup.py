@@ -1,0 +1,124 @@
+"""A process group's whole end: every member stopped, and the shared memory it held removed.
+
+The model server runs in a process group of its own (spoteval/agent/episodes.py `ModelServer`).
+vLLM's API server spawns an engine core and a worker into that group; when the API server alone is
+killed, they live on as orphans (about 2 GB here) and keep their segments in `/dev/shm`. So the
+agent ends the group, not the process:
+
+- `shm_held(pids)`: the `/dev/shm` files the processes have open or mapped (from /proc), noted
+  before any signal, while the members still hold them;
+- `end_group(pgid, grace_s)`: SIGTERM to the group, SIGKILL to what is left after `grace_s`, a wait
+  until no member is left (zombies do not count), then the noted segments that still exist are
+  removed (nothing else in /dev/shm is touched). A leader that has already exited does not stop
+  this: the group lives on in its members.
+
+Linux only (/proc); elsewhere the group is signalled and nothing is read or removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+SHM_DIR: Final = "/dev/shm"
+_PROC: Final = Path("/proc")
+_WAIT_STEP_S: Final = 0.05
+KILL_WAIT_S: Final = 5.0
+
+
+def members(pgid: int) -> list[int]:
+    """Live processes (not zombies) whose process group is `pgid`."""
+    out: list[int] = []
+    if not (_PROC / "self" / "stat").exists():
+        return out
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
+            out.append(int(entry.name))
+    return out
+
+
+def shm_held(pids: Iterable[int]) -> set[str]:
+    """Paths under /dev/shm that the processes have open (fds) or mapped (maps)."""
+    prefix = SHM_DIR + "/"
+    found: set[str] = set()
+    for pid in pids:
+        fd_dir = _PROC / str(pid) / "fd"
+        with contextlib.suppress(OSError):
+            for fd in fd_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith(prefix):
+                        found.add(target.removesuffix(" (deleted)"))
+        with contextlib.suppress(OSError):
+            for line in (_PROC / str(pid) / "maps").read_text().splitlines():
+                at = line.find(prefix)
+                if at >= 0:
+                    found.add(line[at:].removesuffix(" (deleted)").strip())
+    return {p for p in found if os.path.dirname(p) == SHM_DIR}
+
+
+@dataclass(frozen=True)
+class GroupEnd:
+    """What ending a group took: its members, how many needed SIGKILL, the segments removed."""
+
+    members: int
+    killed: int
+    left: int  # members still alive after the SIGKILL wait (should be 0)
+    shm_removed: tuple[str, ...]
+    shm_bytes: int
+
+
+def _signal(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _wait_gone(pgid: int, timeout: float, reap: int | None) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        if reap is not None:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(reap, os.WNOHANG)
+        left = members(pgid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(_WAIT_STEP_S)
+
+
+def end_group(pgid: int, grace_s: float, *, noted: Iterable[str] = (), leader: int | None = None) -> GroupEnd:
+    """End every process of group `pgid` (SIGTERM, SIGKILL after `grace_s`) and remove the shared
+    memory they held (`noted`: segments seen earlier, e.g. while the server ran). `leader`, our own
+    child, is reaped while waiting so that it does not linger as a zombie."""
+    pids = members(pgid)
+    shm = shm_held(pids) | set(noted)
+    killed = 0
+    left: list[int] = []
+    if pids:
+        _signal(pgid, signal.SIGTERM)
+        left = _wait_gone(pgid, grace_s, leader)
+        if left:
+            killed = len(left)
+            _signal(pgid, signal.SIGKILL)
+            left = _wait_gone(pgid, KILL_WAIT_S, leader)
+    removed: list[str] = []
+    size = 0
+    if not left:  # a segment of a live process stays: it is still in use
+        for path in sorted(shm):
+            with contextlib.suppress(OSError):
+                size += os.stat(path).st_size
+                os.unlink(path)
+                removed.append(path)
+    return GroupEnd(len(pids), killed, len(left), tuple(removed), size)

