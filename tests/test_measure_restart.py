@@ -464,7 +464,7 @@ def test_wait_ready_waits_for_the_agents_ready_event_in_the_record(
                 run_id=RUN_ID,
                 node=node.instance_id,
                 kind="ready",
-                details={"phases": {"boot_s": 12.0, "weights_s": 30.5}},
+                details={"phases": {"boot_s": 12.0, "weights_s": 30.5}, "server_phases": SERVER_PHASES},
             )
             agent_store.put_new(RunLayout(RUN_ID).event(event.time, event.node, 1), event.dumps())
 
@@ -479,11 +479,36 @@ def test_wait_ready_waits_for_the_agents_ready_event_in_the_record(
     finally:
         server.close()
     [cycle] = json.loads(capsys.readouterr().out)["cycles"]
-    assert cycle["agent_ready"] == {"phases": {"boot_s": 12.0, "weights_s": 30.5}}
+    assert cycle["agent_ready"] == {
+        "phases": {"boot_s": 12.0, "weights_s": 30.5},
+        "server_phases": SERVER_PHASES,
+    }
+    assert cycle["server_phases"] == SERVER_PHASES  # the server's own phases, as the node's agent read them
     assert 0.0 <= cycle["phases"]["agent_ready"] <= 5.0
     assert cycle["s_boot_s"] == pytest.approx(
         cycle["phases"]["serve"] + cycle["phases"]["first_token"] + cycle["phases"]["agent_ready"], abs=0.002
     )
+
+
+SERVER_PHASES = {"imports": 14.1, "model_inspection": 0.4, "engine_start": 22.0, "weight_load": 31.5}
+
+
+def test_the_report_shows_the_model_servers_phases_per_cycle() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from spoteval.measure.render import print_server_phases
+
+    buf = StringIO()
+    cycles = [{"cycle": 1, "server_phases": SERVER_PHASES}, {"cycle": 2, "server_phases": {}}]
+    print_server_phases(cycles, Console(file=buf, width=150, color_system=None))
+    rows = [
+        [c.strip() for c in line.replace("┃", "│").split("│")[1:-1]]
+        for line in buf.getvalue().splitlines()
+        if "│" in line or "┃" in line
+    ]
+    assert rows == [["cycle", *SERVER_PHASES], ["1", "14.1 s", "0.40 s", "22.0 s", "31.5 s"]]  # no row for 2
 
 
 def test_preempt_mode_starts_the_fis_experiment_and_records_preempted(

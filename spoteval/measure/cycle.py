@@ -69,7 +69,19 @@ class CycleResult:
             },
             "model": self.model,
             "agent_ready": dict(self.agent) if self.agent is not None else None,
+            # the model server's own start-up phases, as the node's agent read them from its log
+            "server_phases": server_phases_of(self.agent),
         }
+
+
+def server_phases_of(ready: Mapping[str, Any] | None) -> dict[str, float]:
+    """The `ready` event's `server_phases` (seconds by phase), numbers only; {} without."""
+    raw = (ready or {}).get("server_phases")
+    if not isinstance(raw, Mapping):
+        return {}
+    return {
+        str(k): float(v) for k, v in raw.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def spread(values: Sequence[float]) -> dict[str, float] | None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from spoteval.agent.server_phases import PHASE_NAMES
 from spoteval.measure.phases import PHASE_LABELS, PHASES, MeasureError
 
 # --- output -------------------------------------------------------------------------------------
@@ -87,6 +88,7 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
                 style="dim",
             )
     console.print(table)
+    print_server_phases(cycles, console)
     price = report["price"]
     readings = price["readings"]
     console.print(
@@ -110,6 +112,23 @@ def print_report(report: Mapping[str, Any], console: Console) -> None:
         )
     line = f"outcome: {report['outcome']}, node left {report['final_state'] or 'unknown'}"
     console.print(line + (f" ({report['error']})" if report["error"] else ""))
+
+
+def print_server_phases(cycles: Sequence[Mapping[str, Any]], console: Console) -> None:
+    """`--wait-ready`: the model server's start-up by phase per cycle, from the agent's `ready` event
+    (vLLM's own log lines on the node: imports, model inspection, engine start, weights, compile)."""
+    with_phases = [c for c in cycles if c.get("server_phases")]
+    if not with_phases:
+        return
+    seen = {name for c in with_phases for name in c["server_phases"]}
+    used = [n for n in PHASE_NAMES if n in seen] + sorted(seen - set(PHASE_NAMES))
+    table = Table(title="Model server start-up by phase (its log, read by the node's agent)")
+    table.add_column("cycle")
+    for name in used:
+        table.add_column(name, justify="right")
+    for c in with_phases:
+        table.add_row(str(c["cycle"]), *(_fmt(c["server_phases"].get(n)) for n in used))
+    console.print(table)
 
 
 def plot(report: Mapping[str, Any], path: Path) -> None:
