@@ -62,7 +62,7 @@ pytest: $(VENV)/.dev $(TOOLS)/.azurite $(VLLM_VENV)/.ready
 
 test: lint workflows typecheck pytest
 
-bench: $(VENV)/.dev
+bench: $(VENV)/.dev $(VLLM_VENV)/.ready
 	$(PY) -m benchmarks.placement_cli
 	$(PY) -m benchmarks.agent_bench
 	$(PY) -m benchmarks.claims_bench
