@@ -172,9 +172,11 @@ class Stopping:
         if self.notice is not None and self.server.config.command and not self._server_serving():
             # the model server is gone (the shutdown reached it): no attempt can finish, and one
             # waiting on a request would wait for its client's timeout; end them all now
-            for run in self.running.values():
-                if run.kill_reason is None or run.term_at is not None:
-                    ep.terminate(run, ep.KILL_CAPACITY, min(self._term_grace(), 1.0), now)
+            ending = [r for r in self.running.values() if r.kill_reason is None or r.term_at is not None]
+            if ending:
+                self.log(f"notice: the model server is gone; ending {len(ending)} attempt(s) now")
+            for run in ending:
+                ep.terminate(run, ep.KILL_CAPACITY, min(self._term_grace(), 1.0), now)
         for run in list(self.running.values()):
             if run.term_at is not None and now >= run.term_at:
                 ep.terminate(run, ep.KILL_CAPACITY, self._term_grace(), now)
