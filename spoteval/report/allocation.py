@@ -160,7 +160,9 @@ def _allocation(stretch: billing.Stretch, index: int, now: datetime, beat: float
             if price_source == "unknown":
                 price_source = e.price_source
         if e is not opener and e.kind == "ready" and ready is None:
-            ready, phases, server = e.time, _numeric_phases(e.details), _server_start(e.details)
+            # the server's own durations (`server_log.reported`) repeat its phases: not phases here
+            numeric = {k: v for k, v in e.details.items() if k != "server_log"}
+            ready, phases, server = e.time, _numeric_phases(numeric), _server_start(e.details)
     notice = stretch.notice
     closer = stretch.closer
     end_reason = closer.reason if closer is not None else None

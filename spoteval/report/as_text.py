@@ -13,7 +13,7 @@ from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
 from spoteval.report.pool import render as render_pool
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
-from spoteval.report.server_start import phase_columns
+from spoteval.report.server_start import headers as server_start_headers
 from spoteval.report.server_start import rows as server_start_rows
 from spoteval.scores import as_text as scores_text
 
@@ -188,9 +188,9 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
             title_justify="left",
             box=box.SIMPLE_HEAD,
         )
-        columns = ["node", "#", "start", *phase_columns(started), "total", "caches"]
+        columns = server_start_headers(started)
         for i, col in enumerate(columns):
-            sp.add_column(col, justify="right" if 2 < i < len(columns) - 1 else "left")
+            sp.add_column(col, justify="right" if 1 < i < len(columns) - 1 else "left", no_wrap=True)
         for row in server_start_rows(report.allocations, alias, shared):
             sp.add_row(*row)
         say(sp)

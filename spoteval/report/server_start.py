@@ -5,10 +5,24 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from spoteval.agent.server_phases import PHASE_NAMES
 from spoteval.report.allocation import Allocation
+
+#: the phases' column headers in the text report (the JSON keeps their names)
+LABELS: Final = {
+    "model_inspection": "inspect",
+    "engine_start": "engine",
+    "weight_load": "weights",
+    "compile_warmup": "compile+warm",
+    "api_start": "api",
+}
+
+
+def headers(allocs: Sequence[Allocation]) -> list[str]:
+    """The text table's header: node, #, the phases, total, compile cache."""
+    return ["node", "#", *(LABELS.get(c, c) for c in phase_columns(allocs)), "total", "compile cache"]
 
 
 def phase_columns(allocs: Sequence[Allocation]) -> list[str]:
@@ -18,13 +32,9 @@ def phase_columns(allocs: Sequence[Allocation]) -> list[str]:
 
 
 def caches(a: Allocation) -> str:
-    """What the log said of the caches: `compile loaded, model info loaded`, or `-`."""
-    parts = [
-        f"{label} {a.server_log[key]}"
-        for key, label in (("compile_cache", "compile"), ("model_info_cache", "model info"))
-        if isinstance(a.server_log.get(key), str)
-    ]
-    return ", ".join(parts) or "-"
+    """What the log said of the compile cache: `loaded`, `compiled`, or `-`."""
+    value = a.server_log.get("compile_cache")
+    return value if isinstance(value, str) else "-"
 
 
 def rows(allocs: Sequence[Allocation], alias: Mapping[str, str], shared: bool) -> list[list[str]]:
@@ -38,7 +48,6 @@ def rows(allocs: Sequence[Allocation], alias: Mapping[str, str], shared: bool) -
             [
                 alias.get(a.node, a.node) if shared else a.node,
                 str(a.index),
-                a.start_reason or a.kind,
                 *(_s(a.server_phases.get(c)) for c in columns),
                 _s(total),
                 caches(a),
@@ -47,7 +56,7 @@ def rows(allocs: Sequence[Allocation], alias: Mapping[str, str], shared: bool) -
     if len(started) > 1:
         medians = [_median([a.server_phases[c] for a in started if c in a.server_phases]) for c in columns]
         median_total = _median([sum(a.server_phases.values()) for a in started])
-        out.append(["median", "", "", *(_s(m) for m in medians), _s(median_total), ""])
+        out.append(["median", "", *(_s(m) for m in medians), _s(median_total), ""])
     return out
 
 
