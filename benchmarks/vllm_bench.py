@@ -39,8 +39,9 @@ from typing import Any
 
 from spoteval.agent.config import ServerConfig, build_agent_config
 from spoteval.agent.episodes import ModelServer
-from spoteval.agent.procgroup import SHM_DIR, members, shm_held
+from spoteval.agent.procgroup import marked, members, orphaned_shm, shm_now
 from spoteval.agent.server_phases import PHASE_NAMES, ServerLog, phases
+from spoteval.drill.config import DrillConfig, sample_eval_command
 from spoteval.loopback import free_port
 from spoteval.manifest import ManifestEntry, dump_manifest
 from spoteval.record import Attempt
@@ -131,30 +132,6 @@ def print_starts(results: dict[str, Any]) -> list[str]:
 # --- 2 and 3. the agent with the real server --------------------------------------------------------
 
 
-def _orphans(before: set[str]) -> tuple[int, int]:
-    new = {f"{SHM_DIR}/{n}" for n in os.listdir(SHM_DIR)} - before
-    if not new:
-        return 0, 0
-    held = shm_held([int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()])
-    left = new - held
-    return len(left), sum(os.stat(p).st_size for p in left if os.path.exists(p))
-
-
-def _node_processes(marker: str) -> int:
-    count = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            blob = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2] != "Z" and marker.encode() in blob:
-            count += 1
-    return count
-
-
 def _attempts(store: Store, run_id: str) -> list[Attempt]:
     out = []
     for key in store.list(f"runs/{run_id}/attempts/"):
@@ -173,19 +150,8 @@ def agent_run(out: Path, mode: str) -> dict[str, Any]:
     port = free_port()
     run_id = f"vllm-bench-{mode}"
     store_url = f"file://{folder / 'store'}"
-    episode = [
-        sys.executable,
-        "-m",
-        "spoteval.sample_episode",
-        "--episode-id",
-        "{episode_id}",
-        "--model-url",
-        "{model_url}",
-        "--output",
-        "{output}",
-        "--seconds",
-        "60",
-    ]
+    # the drill's sample episode: asks the server, then takes 60 s (in flight at the notice)
+    episode = sample_eval_command(DrillConfig(out=folder, episode_seconds=(60.0, 60.0), fail_rate=0.0))
     config = build_agent_config(
         run_id=run_id,
         store=store_url,
@@ -219,7 +185,7 @@ def agent_run(out: Path, mode: str) -> dict[str, Any]:
         env=agent_env,
         capture_output=True,
     )
-    shm_before = {f"{SHM_DIR}/{n}" for n in os.listdir(SHM_DIR)}
+    shm_before = shm_now()
     log = open(folder / "agent.log", "wb")  # noqa: SIM115 - the child holds it
     agent = subprocess.Popen(
         [sys.executable, "-m", "spoteval.agent", "--config", str(config_path)],
@@ -237,7 +203,7 @@ def agent_run(out: Path, mode: str) -> dict[str, Any]:
             break
         time.sleep(0.2)
     time.sleep(1.0)  # in their request or their sleep
-    server_pids = [p for p in _pids_named(str(out / "cache-kept")) if p != agent.pid]
+    server_pids = [p for p in marked(str(out / "cache-kept")) if p != agent.pid]
     figures: dict[str, Any] = {"mode": mode}
     t0 = time.monotonic()
     if mode == "server_kill":
@@ -262,22 +228,11 @@ def agent_run(out: Path, mode: str) -> dict[str, Any]:
         figures["agent_exit"] = "killed after 300 s"
     figures["agent_end_s"] = round(time.monotonic() - t0, 2)
     time.sleep(1.0)
-    figures["processes_left"] = _node_processes(str(folder))
-    figures["shm_segments_left"], figures["shm_bytes_left"] = _orphans(shm_before)
+    figures["processes_left"] = len(marked(str(folder)))
+    left = orphaned_shm(shm_before)
+    figures["shm_segments_left"], figures["shm_bytes_left"] = len(left), sum(left.values())
     figures["server_group_left"] = sum(len(members(p)) for p in server_pids)
     return figures
-
-
-def _pids_named(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

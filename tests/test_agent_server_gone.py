@@ -9,34 +9,21 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from spoteval.agent.__main__ import main
 from spoteval.store import Store
+from tests import test_agent_run
 from tests.conftest import StoreTarget
 from tests.fake_metadata import (
     AgentProcess,
-    agent_config,
-    cleanup_tagged,
     read_record,
     start_agent,
     tagged_pids,
     wait_for,
-    write_config,
-    write_manifest,
 )
-from tests.test_agent_run import GATED_EPISODE
+from tests.test_agent_run import GATED_EPISODE, _setup
 
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
+agents = test_agent_run.agents  # the fixture: agents started here are cleaned up after the test
 
 
 def standin_pids(agent: AgentProcess) -> list[int]:
@@ -59,10 +46,7 @@ def test_attempts_running_on_end_at_once_when_the_server_goes_during_the_notice(
     ids = [f"e{i}" for i in range(12)]
     command = [sys.executable, str(script), "{episode_id}", "{output}", str(gate), str(trace)]
     # 60 s of notice: attempts that usually take 0.4 s run on, their SIGTERM 45 s after the notice
-    config = agent_config(file_target.url, file_target.options, "r1", tmp_path, concurrency=4,
-                          command=command, sigterm_grace_s=60)  # fmt: skip
-    path = write_config(tmp_path / "agent.json", config)
-    assert main(["manifest", "--config", path, write_manifest(tmp_path / "m.jsonl", ids)]) == 0
+    path = _setup(file_target, tmp_path, ids, concurrency=4, command=command, sigterm_grace_s=60)
     store = Store(file_target.url, file_target.options)
     agent = start_agent(path, tmp_path)
     agents.append(agent)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from spoteval.agent.procgroup import SHM_DIR, shm_held
+from spoteval.agent.procgroup import marked, orphaned_shm, shm_now
 from spoteval.agent.server_phases import PHASE_NAMES
 from spoteval.drill import DrillConfig, run_drill
 from spoteval.report.load import load_run
@@ -42,33 +42,8 @@ def vllm_ready() -> None:
         pytest.skip(str(exc))
 
 
-def node_processes(marker: str) -> list[int]:
-    """Live processes whose environment or command line names `marker` (the drill's folder)."""
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            blob = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2] != "Z" and marker.encode() in blob:
-            found.append(int(entry.name))
-    return found
-
-
-def orphaned_segments(before: set[str]) -> set[str]:
-    """Segments in /dev/shm that appeared during the test and that no live process holds."""
-    new = {f"{SHM_DIR}/{n}" for n in os.listdir(SHM_DIR)} - before
-    if not new:
-        return set()
-    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-    return new - shm_held(pids)
-
-
 def test_drill_with_real_vllm_records_exactly_and_leaves_nothing(vllm_ready: None, tmp_path: Path) -> None:
-    shm_before = {f"{SHM_DIR}/{n}" for n in os.listdir(SHM_DIR)}
+    shm_before = shm_now()
     out = tmp_path / "drill"
     cfg = DrillConfig(
         out=out,
@@ -133,5 +108,5 @@ def test_drill_with_real_vllm_records_exactly_and_leaves_nothing(vllm_ready: Non
     # cannot load its own artifact back and compiles again: `server_log.compile_cache`)
     assert readies[1].details["server_log"]["compile_cache"] in ("loaded", "compiled")
 
-    assert node_processes(str(out)) == []
-    assert orphaned_segments(shm_before) == set()
+    assert marked(str(out)) == []
+    assert orphaned_shm(shm_before) == {}

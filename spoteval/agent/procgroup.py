@@ -122,3 +122,44 @@ def end_group(pgid: int, grace_s: float, *, noted: Iterable[str] = (), leader: i
                 os.unlink(path)
                 removed.append(path)
     return GroupEnd(len(pids), killed, len(left), tuple(removed), size)
+
+
+def marked(marker: str) -> list[int]:
+    """Live processes (not zombies, not this one) whose environment or command line holds `marker`
+    (a folder of theirs): what is left of a node or a benchmark run, whatever group it is in."""
+    found: list[int] = []
+    if not (_PROC / "self" / "stat").exists():
+        return found
+    needle = marker.encode()
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            blob = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] != "Z" and needle in blob:
+            found.append(int(entry.name))
+    return found
+
+
+def shm_now() -> set[str]:
+    """The segments in /dev/shm now."""
+    try:
+        return {f"{SHM_DIR}/{name}" for name in os.listdir(SHM_DIR)}
+    except OSError:
+        return set()
+
+
+def orphaned_shm(before: set[str]) -> dict[str, int]:
+    """Segments that appeared since `before` and that no live process holds: path -> bytes."""
+    new = shm_now() - before
+    if not new:
+        return {}
+    held = shm_held(int(p.name) for p in _PROC.iterdir() if p.name.isdigit())
+    out: dict[str, int] = {}
+    for path in sorted(new - held):
+        with contextlib.suppress(OSError):
+            out[path] = os.stat(path).st_size
+    return out
