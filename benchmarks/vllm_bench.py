@@ -231,6 +231,7 @@ def agent_run(out: Path, mode: str) -> dict[str, Any]:
     figures["processes_left"] = len(marked(str(folder)))
     left = orphaned_shm(shm_before)
     figures["shm_segments_left"], figures["shm_bytes_left"] = len(left), sum(left.values())
+    figures["shm_left"] = sorted(left)
     figures["server_group_left"] = sum(len(members(p)) for p in server_pids)
     return figures
 

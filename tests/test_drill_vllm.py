@@ -84,9 +84,11 @@ def test_drill_with_real_vllm_records_exactly_and_leaves_nothing(vllm_ready: Non
     )
 
     events = sorted(record.events, key=lambda e: e.time)
-    starts = [e for e in events if e.kind == "start"]
+    starts = [e for e in events if e.kind == "start" and "incarnation" in e.details]  # the agent's
     readies = [e for e in events if e.kind == "ready"]
     assert [e.reason for e in starts] == ["initial", "restart_after_preemption"]
+    operator = [e for e in events if e.kind == "start" and "incarnation" not in e.details]
+    assert [e.reason for e in operator] == ["restart_after_preemption"]  # the operator's own record
     assert [e.kind for e in events].count("preempted") == 1
     assert [e.reason for e in events if e.kind == "notice"] == ["sigterm"]
     assert len(readies) == 2

@@ -305,8 +305,8 @@ class ModelServer:
     def note_shm(self) -> None:
         """Remember the shared memory the server's processes hold now (removed at the stop)."""
         proc = self.proc
-        if proc is not None:
-            self.shm |= shm_held(members(proc.pid))
+        if proc is not None:  # a new set, never changed in place: the stop may be reading the old one
+            self.shm = self.shm | shm_held(members(proc.pid))
 
     def stop(self, grace_s: float = 5.0) -> GroupEnd | None:
         """End the server's process group (SIGTERM, SIGKILL after `grace_s`) and its shared memory."""

@@ -22,6 +22,7 @@ from spoteval.agent import server_phases
 from spoteval.agent.episodes import ModelServer
 
 HEALTH_EVERY_S: Final = 1.0  # between checks once healthy; also each check's timeout
+NOTE_SHM_EVERY: Final = 5  # health checks between two notes of the server's shared memory
 COMPLAIN_EVERY_S: Final = 60.0
 
 
@@ -82,7 +83,9 @@ class ServerWatch:
     def _probe(self, generation: int) -> None:
         deadline = time.monotonic() + self.server.config.ready_timeout_s
         last_complaint = -1e18
+        checks = 0
         while self._current(generation):
+            checks += 1
             try:
                 ok = self.server.healthy(timeout=HEALTH_EVERY_S)
             except Exception as exc:
@@ -99,4 +102,6 @@ class ServerWatch:
                 elif self.server.exit_code() is not None or time.monotonic() >= deadline:
                     self.checked.set()
                     return
+            elif checks % NOTE_SHM_EVERY == 0:  # segments made later (a semaphore) are removed too
+                self.server.note_shm()
             time.sleep(0.1 if self.healthy_mono is None else HEALTH_EVERY_S)
