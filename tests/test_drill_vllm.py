@@ -94,7 +94,7 @@ def test_drill_with_real_vllm_records_exactly_and_leaves_nothing(vllm_ready: Non
     assert len(readies) == 2
     for ready in readies:
         phases = ready.details["server_phases"]
-        assert list(phases) == list(PHASE_NAMES)
+        assert set(phases) == set(PHASE_NAMES)  # (the record's JSON sorts their keys)
         assert all(isinstance(v, float) and v >= 0 for v in phases.values())
         assert ready.details["server_log"]["reported"]["weights_s"] >= 0
 

@@ -107,3 +107,43 @@ def test_a_member_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path)
     end = end_group(proc.pid, 0.5, leader=proc.pid)
     assert (end.members, end.killed, end.left) == (1, 1, 0)
     assert members(proc.pid) == []  # reaped by end_group (its leader)
+
+
+def test_what_a_killed_agent_noted_is_removed_by_the_next_start(tmp_path: Path) -> None:
+    """The agent was SIGKILLed with its server (and the server's resource tracker): the segments it
+    had noted are removed when the server starts next on the node; one a live process holds stays."""
+    server, name, pid_file = start_server(tmp_path)
+    assert server.proc is not None
+    server.note_shm()
+    noted = Path(server.noted_path)
+    assert noted.read_text() == f"/dev/shm/{name}\n"
+    child = int(pid_file.read_text())
+    os.killpg(server.proc.pid, signal.SIGKILL)  # the whole node's processes, as a kill does
+    server.proc.wait(timeout=10)
+    assert wait_gone(child)
+    assert Path(f"/dev/shm/{name}").exists()  # left behind: nobody removed it
+    (tmp_path / "other").mkdir()
+    held, keeper = start_server(tmp_path / "other")[:2]  # another server's segment, still in use
+    noted.write_text(f"/dev/shm/{name}\n/dev/shm/{keeper}\n/etc/passwd\n")
+    sleeper = ServerConfig(
+        url="http://127.0.0.1:9", command=(sys.executable, "-c", "import time; time.sleep(60)")
+    )
+    again = ModelServer(sleeper, server.log_path, os.environ)
+    again.start()
+    try:
+        assert again.left_behind == [f"/dev/shm/{name}"]
+        assert not Path(f"/dev/shm/{name}").exists()
+        assert Path(f"/dev/shm/{keeper}").exists() and Path("/etc/passwd").exists()
+        assert not noted.exists()
+    finally:
+        again.stop(grace_s=5.0)
+        held.stop(grace_s=5.0)
+
+
+def wait_gone(pid: int) -> bool:
+    deadline = time.monotonic() + 10
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

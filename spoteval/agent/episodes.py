@@ -32,7 +32,15 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval.agent.config import EpisodesConfig, ServerConfig, substitute
-from spoteval.agent.procgroup import GroupEnd, end_group, members, shm_held
+from spoteval.agent.procgroup import (
+    NOTED_FILE,
+    GroupEnd,
+    end_group,
+    members,
+    remove_noted,
+    shm_held,
+    write_noted,
+)
 from spoteval.manifest import ManifestEntry
 from spoteval.record import utc_now
 
@@ -270,10 +278,13 @@ class ModelServer:
         self.started_mono: float | None = None
         self.shm: set[str] = set()
         self.last_end: GroupEnd | None = None
+        self.noted_path = os.path.join(os.path.dirname(log_path), NOTED_FILE)
+        self.left_behind: list[str] = []  # segments an earlier server on this node left (removed)
 
     def start(self) -> None:
         if not self.config.command:
             return
+        self.left_behind = remove_noted(self.noted_path)  # an earlier agent killed mid-stop
         with open(self.log_path, "ab") as log:
             try:
                 self.proc = subprocess.Popen(
@@ -306,7 +317,10 @@ class ModelServer:
         """Remember the shared memory the server's processes hold now (removed at the stop)."""
         proc = self.proc
         if proc is not None:  # a new set, never changed in place: the stop may be reading the old one
-            self.shm = self.shm | shm_held(members(proc.pid))
+            found = self.shm | shm_held(members(proc.pid))
+            if found != self.shm:
+                write_noted(self.noted_path, found)
+            self.shm = found
 
     def stop(self, grace_s: float = 5.0) -> GroupEnd | None:
         """End the server's process group (SIGTERM, SIGKILL after `grace_s`) and its shared memory."""
@@ -317,6 +331,8 @@ class ModelServer:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1.0)
         self.shm = set()
+        if not end.left:
+            remove_noted(self.noted_path)
         if end.members or end.shm_removed:
             self.last_end = end
         return end

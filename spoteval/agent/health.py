@@ -44,6 +44,11 @@ class ServerWatch:
     def start(self) -> None:
         self.server_log.start()
         self.server.start()
+        if self.server.left_behind:
+            self.log(
+                f"removed {len(self.server.left_behind)} shared memory segment(s) an earlier model server "
+                "left on this node"
+            )
         self._generation += 1
         self.healthy_mono, self.ok = None, False
         self.checked.clear()

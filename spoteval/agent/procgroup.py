@@ -12,6 +12,10 @@ agent ends the group, not the process:
   removed (nothing else in /dev/shm is touched). A leader that has already exited does not stop
   this: the group lives on in its members.
 
+The segments noted are also written to a file beside the server's log (`NOTED_FILE`), so that
+what a killed agent could not remove is removed by the next start on the node (`remove_noted`),
+or by whoever stands for the machine's reboot (the drill, after taking its node).
+
 Linux only (/proc); elsewhere the group is signalled and nothing is read or removed.
 """
 
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 SHM_DIR: Final = "/dev/shm"
+NOTED_FILE: Final = "server-shm.txt"  # beside the server's log: the segments its processes held
 _PROC: Final = Path("/proc")
 _WAIT_STEP_S: Final = 0.05
 KILL_WAIT_S: Final = 5.0
@@ -163,3 +168,33 @@ def orphaned_shm(before: set[str]) -> dict[str, int]:
         with contextlib.suppress(OSError):
             out[path] = os.stat(path).st_size
     return out
+
+
+def write_noted(path: str, segments: Iterable[str]) -> None:
+    """Keep the noted segments in `path` (atomically), for `remove_noted` after a kill."""
+    tmp = f"{path}.tmp"
+    with contextlib.suppress(OSError):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(f"{s}\n" for s in sorted(segments)))
+        os.replace(tmp, path)
+
+
+def remove_noted(path: str) -> list[str]:
+    """Remove the segments listed in `path` that still exist and no live process holds; then the
+    file. What a server left when its agent was killed before it could end the group."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            listed = {line.strip() for line in f if os.path.dirname(line.strip()) == SHM_DIR}
+    except OSError:
+        return []
+    existing = {p for p in listed if os.path.exists(p)}
+    removed: list[str] = []
+    if existing:
+        held = shm_held(int(p.name) for p in _PROC.iterdir() if p.name.isdigit())
+        for segment in sorted(existing - held):
+            with contextlib.suppress(OSError):
+                os.unlink(segment)
+                removed.append(segment)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return removed

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from spoteval.agent.procgroup import NOTED_FILE, remove_noted
 from spoteval.clouds import CapacityError, ControlPlaneError, NodeState, Price, StackOutputs
 from spoteval.drill.config import NODE_ID, NODE_PLACE, SPOT_PRICE
 from spoteval.drill.procs import kill_node
@@ -152,6 +153,10 @@ class LocalPlane:
             if self.process is not None and self.process.poll() is None:
                 kill_node(self.process.pid)
                 self.process.wait(timeout=30)
+            # as the machine's reboot would: what its model server held in /dev/shm goes too
+            folder = self.boot_file.parent if self.boot_file is not None else None
+            for noted in folder.glob(f"work/*/{NOTED_FILE}") if folder is not None else ():
+                remove_noted(str(noted))
             self.held = False
             self.last_stop = why
 
