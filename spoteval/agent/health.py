@@ -71,7 +71,9 @@ class ServerWatch:
         """The server's start-up phases and what its log said (empty for an external server)."""
         if not self.server.config.command:
             return {}
-        return server_phases.details(self.server_log.marks(), self.server.started_mono, self.healthy_mono)
+        marks = self.server_log.marks()
+        self.server_log.stop()  # the start-up is over: the rest of the log is not followed
+        return server_phases.details(marks, self.server.started_mono, self.healthy_mono)
 
     def _current(self, generation: int) -> bool:
         return generation == self._generation and not self.stopping.is_set()
