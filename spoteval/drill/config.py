@@ -71,10 +71,15 @@ class DrillConfig:
     #: the store, whatever its drawn lifetime; later lives are drawn as usual
     preempt_after_samples: int | None = None
     nodes: int = 1  # K > 1: K nodes of one run sharing its episodes through claims (a pool)
+    #: the drill's operator lease: a second operator takes over this long after the drill's
+    #: operator fell silent (the drill was killed); renewed every quarter of it
+    lease_ttl_s: float = 20.0
 
     def check(self) -> None:
         if self.nodes < 1:
             raise DrillError(f"--nodes must be >= 1, got {self.nodes}")
+        if not math.isfinite(self.lease_ttl_s) or self.lease_ttl_s < 2:
+            raise DrillError(f"lease_ttl_s must be at least 2, got {self.lease_ttl_s}")
         for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:

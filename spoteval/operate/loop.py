@@ -106,8 +106,10 @@ class Operator:
         standing = self.lease.take()
         self.standing = standing
         if standing.kind == HELD:
-            if before is not None and before.kind != HELD:
-                self.say(standing.line())  # a reader took over (the holder let go or went silent)
+            # said when a reader takes over (the holder let go or fell silent), or a first take
+            # ends a silent holder's turn; the caller says what it found before the first pass
+            if (before is not None and before.kind != HELD) or (before is None and standing.took_over):
+                self.say(standing.line())
             return True
         same = (
             before is not None
