@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from spoteval import drill
+from spoteval.drill.__main__ import main as drill_main
 from spoteval.drill.attach import OPERATOR_FILE, DrillRun
 from spoteval.drill.node import init_file
-from spoteval.drill.node import main as drill_main
 from spoteval.operate.lease import read_objects
 from spoteval.store import Store
 from tests import servers

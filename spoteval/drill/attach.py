@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from spoteval.cli import OneLineParser
 from spoteval.clouds import ControlPlaneError, NodeState, Price
-from spoteval.drill.config import SPOT_PRICE
+from spoteval.drill.config import DRILL_GRANT, OPERATOR_TIMING, SPOT_PRICE
 from spoteval.drill.node import init_file, launch_node
 from spoteval.drill.plane import PROVIDER, local_outputs
 from spoteval.drill.procs import kill_node
@@ -188,8 +188,6 @@ class AttachedPlane:
 def operator_for(run: DrillRun, *, say: Any = print) -> Operator:
     """The drill's operator (the same timing and grant as the drill's own), reaching its nodes
     through their folders, under the run's lease."""
-    from spoteval.drill.controller import DRILL_GRANT, OPERATOR_TIMING
-
     try:
         store = Store(run.store_url, run.store_options)
     except StoreError as exc:

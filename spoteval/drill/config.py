@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from spoteval.agent.config import build_agent_config
+from spoteval.grant import Grant
+from spoteval.operate.decide import Timing
 from spoteval.record import format_time
 
 NODE_ID: Final = "drill-node-1"
@@ -244,6 +246,15 @@ def standin_command(cfg: DrillConfig) -> tuple[str, ...]:
 
 #: The agents' `pool` section in a drill of K > 1 nodes: renewals and expiry scaled to its seconds.
 DRILL_POOL: Final = {"batch": 8, "renew_s": 1.0, "expiry_s": 5.0}
+
+
+#: The drill's operator checks every half second and backs off from half a second to two when the
+#: node has no capacity (against a cloud: every 60 s, from 60 s to 15 minutes).
+OPERATOR_TIMING: Final = Timing(
+    interval_s=0.5, backoff_first_s=0.5, backoff_max_s=2.0, stop_timeout_s=30.0, done_grace_s=30.0
+)
+#: The drill's grant: its spot node never costs more than on-demand.
+DRILL_GRANT: Final = Grant(price_cap=ON_DEMAND_PRICE, currency="USD")
 
 
 def node_id(cfg: DrillConfig, index: int) -> str:

@@ -45,8 +45,9 @@ from typing import Any, Final
 from spoteval import loopback
 from spoteval.drill.attach import DrillNode, DrillRun, write_operator_file
 from spoteval.drill.config import (
+    DRILL_GRANT,
     NODE_PLACE,
-    ON_DEMAND_PRICE,
+    OPERATOR_TIMING,
     DrillConfig,
     DrillError,
     DrillResult,
@@ -62,23 +63,14 @@ from spoteval.drill.display import Display
 from spoteval.drill.node import launch_node, pythonpath
 from spoteval.drill.plane import LocalPlane, local_outputs
 from spoteval.drill.procs import episodes_in, frozen, identifiable
-from spoteval.grant import Grant
 from spoteval.loopback import LaunchError, free_port
 from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
-from spoteval.operate.decide import Timing
 from spoteval.operate.lease import OperatorLease, holder_name
 from spoteval.operate.loop import Line, Operator
 from spoteval.record import Event, RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 _PREEMPTED_SEQ: Final = 900_000
-#: The drill's operator checks every half second and backs off from half a second to two when the
-#: node has no capacity (against a cloud: every 60 s, from 60 s to 15 minutes).
-OPERATOR_TIMING: Final = Timing(
-    interval_s=0.5, backoff_first_s=0.5, backoff_max_s=2.0, stop_timeout_s=30.0, done_grace_s=30.0
-)
-#: The drill's grant: its spot node never costs more than on-demand.
-DRILL_GRANT: Final = Grant(price_cap=ON_DEMAND_PRICE, currency="USD")
 
 
 def start_moto(out: Path) -> loopback.Server:

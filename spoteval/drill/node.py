@@ -116,21 +116,3 @@ def _default_sigterm() -> None:
 def pythonpath() -> str:
     parts = [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return os.pathsep.join(dict.fromkeys(parts))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m spoteval.drill node ...` (the node's startup path) or `python -m spoteval.drill
-    operator DIR` (a second operator of a running drill); the drill itself is scripts/drill.py."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "node":
-        return node_main(args[1:])
-    if args and args[0] == "operator":
-        from spoteval.drill.attach import operator_main
-
-        return operator_main(args[1:])
-    print(
-        "python -m spoteval.drill: the commands are `node --config agent.json --boot-file FILE` "
-        "and `operator DIR [--once]`",
-        file=sys.stderr,
-    )
-    return 2
