@@ -34,6 +34,7 @@ from tests.fake_runpod import FakeRunpod
 from tests.faults import start_atomic_moto
 from tests.operate_kit import T0, Clock, Record
 from tests.test_operate import _runpod_plane, aws_plane, launch_spot, runpod_outputs
+from tests.test_operate_lease import Unwritable
 
 TIMING = Timing(interval_s=60, backoff_first_s=60, backoff_max_s=900, stop_timeout_s=5)
 TTL = 600.0
@@ -380,3 +381,32 @@ def test_a_waiting_operator_takes_over_when_the_holder_lets_go(runpod: FakeRunpo
     assert [line.action for line in lines] == ["watching"]
     turns = [(o["holder"], o["end"]) for o in read_objects(record.store, "r1")]
     assert turns == [("op-a", None), ("op-a", "released"), ("op-b", None), ("op-b", "released")]
+
+
+def test_a_holder_whose_lease_could_not_be_renewed_does_not_act(runpod: FakeRunpod, tmp_path: Path) -> None:
+    runpod.add_pod("pod1", status="EXITED")
+    record = Record(f"file://{tmp_path}/store")
+    record.manifest(["e1", "e2"])
+    record.taken("pod1")
+    mono = [0.0]
+    cut = Unwritable(record.store)
+    lease = OperatorLease(cut, "r1", holder="op-a", ttl_s=TTL, mono=lambda: mono[0], keeper=False)
+    plane = Counted(_runpod_plane(runpod, "pod1"))
+    op = Operator(
+        plane.outputs,
+        {plane.node: plane},
+        Grant(),
+        record.store,
+        timing=TIMING,
+        clock=Clock(),
+        lease=lease,
+    )
+    assert lease.take().kind == HELD
+    cut.refuse = True  # the store stops taking writes: the renewal due now fails
+    mono[0] = TTL / 2
+    [line] = op.check_all()
+    assert (line.action, plane.calls, runpod.actions("start")) == ("reading", [], [])
+    assert line.message == (
+        "not acting (start): the operator lease could not be renewed in time (the store did not answer)"
+    )
+    assert len(lease.problems) == 2  # tried before the pass and again before the node's check

@@ -124,6 +124,13 @@ class Operator:
     def _may_act(self) -> bool:
         return self.lease is None or self.lease.confirm()
 
+    def _why_not(self) -> str:
+        lost = self.lease.lost if self.lease is not None else None
+        if lost is not None:
+            who = lost.latest.holder if lost.latest is not None else "another operator"
+            return f"{who} took the operator lease"
+        return "the operator lease could not be renewed in time (the store did not answer)"
+
     def let_go(self, lines: list[Line]) -> None:
         """End this run's turn with the lease: `finished` when every node's line says the run is done
         and nothing is left to do for it, else `released` (the next run takes it at once)."""
@@ -199,9 +206,7 @@ class Operator:
                 return Line(node, status, "error", f"cannot read the price: {exc}")
             action = decide(view, self.grant, run, now=self.clock(), timing=self.timing, price=price)
         if action.kind in (START, STOP) and not self._may_act():
-            lost = self.lease.lost if self.lease is not None else None
-            who = lost.latest.holder if lost is not None and lost.latest is not None else "another operator"
-            return Line(node, status, "reading", f"not acting ({action.kind}): {who} took the operator lease")
+            return Line(node, status, "reading", f"not acting ({action.kind}): {self._why_not()}")
         if action.kind == START:
             return self._start(node, plane, status, view, action)
         if action.kind == STOP:
