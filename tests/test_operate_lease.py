@@ -131,12 +131,11 @@ def test_a_holder_stops_acting_half_a_ttl_after_its_last_renewal_began(store: St
     assert (a.held, a.confirm()) == (False, False)  # (a renewal was due long ago: `tick` was never called)
 
 
-class Unwritable:
-    """A store that answers reads and refuses writes (a holder cut off from the store)."""
+class Passthrough:
+    """A store that passes every request on (subclasses change one of them)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.refuse = False
 
     def get(self, key: str) -> bytes | None:
         return self.store.get(key)
@@ -146,6 +145,17 @@ class Unwritable:
 
     def list(self, prefix: str) -> list[str]:
         return self.store.list(prefix)
+
+    def put_new(self, key: str, data: bytes) -> bool:
+        return self.store.put_new(key, data)
+
+
+class Unwritable(Passthrough):
+    """A store that answers reads and refuses writes (a holder cut off from the store)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.refuse = False
 
     def put_new(self, key: str, data: bytes) -> bool:
         if self.refuse:
@@ -204,21 +214,13 @@ def test_a_finished_run_makes_every_later_run_exit_and_nothing_is_written(store:
     assert store.list(lease_prefix("r1")) == keys
 
 
-class Interleave:
+class Interleave(Passthrough):
     """A store that runs `before` once, just before the first create-only write of `key`."""
 
     def __init__(self, store: Store, key: str, before: Callable[[], None]) -> None:
-        self.store, self.key, self.before = store, key, before
+        super().__init__(store)
+        self.key, self.before = key, before
         self.fired = False
-
-    def get(self, key: str) -> bytes | None:
-        return self.store.get(key)
-
-    def exists(self, key: str) -> bool:
-        return self.store.exists(key)
-
-    def list(self, prefix: str) -> list[str]:
-        return self.store.list(prefix)
 
     def put_new(self, key: str, data: bytes) -> bool:
         if key == self.key and not self.fired:

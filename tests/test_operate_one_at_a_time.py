@@ -142,12 +142,18 @@ def _both_at_once(first: Operator, second: Operator) -> dict[str, list[Line]]:
     return lines
 
 
-def test_two_operators_started_together_on_one_record_exactly_one_acts_per_check(aws: str) -> None:
+def _taken_spot(store_url: str, done: tuple[str, ...] = ()) -> tuple[str, Record]:
+    """A spot instance EC2 stopped, whose record shows a start and then the notice (T0+20 min)."""
     node = launch_spot()
-    record = Record(aws)
-    record.manifest(["e1", "e2"], done=["e1"])
-    record.taken(node)  # started, then the notice at T0+20 min
+    record = Record(store_url)
+    record.manifest(["e1", "e2"], done=done)
+    record.taken(node)
     boto3.client("ec2").stop_instances(InstanceIds=[node])
+    return node, record
+
+
+def test_two_operators_started_together_on_one_record_exactly_one_acts_per_check(aws: str) -> None:
+    node, record = _taken_spot(aws, done=("e1",))
     clock = Clock()
     a = Counted(aws_plane(node, aws))
     b = Counted(aws_plane(node, aws))
@@ -170,11 +176,7 @@ def test_two_operators_started_together_on_one_record_exactly_one_acts_per_check
 
 
 def test_while_one_operator_holds_the_lease_another_only_reads_and_says_so_once(aws: str) -> None:
-    node = launch_spot()
-    record = Record(aws)
-    record.manifest(["e1", "e2"])
-    record.taken(node)
-    boto3.client("ec2").stop_instances(InstanceIds=[node])
+    node, record = _taken_spot(aws)
     clock = Clock()
     holder, reader = Counted(aws_plane(node, aws)), Counted(aws_plane(node, aws))
     said: list[str] = []
@@ -193,11 +195,7 @@ def test_while_one_operator_holds_the_lease_another_only_reads_and_says_so_once(
 
 def test_a_holder_taken_over_while_it_decides_does_not_act(aws: str) -> None:
     """The holder confirms its lease (one HEAD) just before a start: one taken from it stops it."""
-    node = launch_spot()
-    record = Record(aws)
-    record.manifest(["e1", "e2"])
-    record.taken(node)
-    boto3.client("ec2").stop_instances(InstanceIds=[node])
+    node, record = _taken_spot(aws)
     clock = Clock()
     stale = Counted(aws_plane(node, aws))
     op_a = operator("op-a", stale, record.store, clock)
