@@ -30,7 +30,8 @@ Why two operators never act at once:
    reader's wall clock (`time` is the holder's wall clock when it began writing it). Since the holder
    stopped acting `ttl_s / 2` after it began that write, clocks that differ by less than `ttl_s / 2`
    (60 s at the default `ttl_s` of 120 s) cannot make two holders act at once; a larger skew can end
-   a live holder's turn early, and rule 2 then stops it before its next action. (Short-lived `--once`
+   a live holder's turn early, and rule 2 then stops it before its next action (one already under
+   way, such as a start waiting for capacity, still finishes). (Short-lived `--once`
    runs remember nothing between runs, so a watch on the reader's own clock, as the pool's leases
    use, is not available to them.)
 """
