@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from spoteval.agent.config import build_agent_config
+from spoteval.grant import Grant
+from spoteval.operate.decide import Timing
 from spoteval.record import format_time
 
 NODE_ID: Final = "drill-node-1"
@@ -110,6 +112,9 @@ class DrillConfig:
     server: str = "standin"  # "standin" or "vllm": the real vLLM server on this machine's CPU
     #: the node's first life ends (notice, then kill) once this many results are in the store
     preempt_after_results: int | None = None
+    #: the drill's operator lease: a second operator takes over this long after the drill's
+    #: operator fell silent (the drill was killed); renewed every quarter of it
+    lease_ttl_s: float = 20.0
 
     def check(self) -> None:
         if self.server not in SERVERS:
@@ -122,6 +127,8 @@ class DrillConfig:
             raise DrillError(f"--preempt-after-results must be >= 1, got {self.preempt_after_results}")
         if self.nodes < 1:
             raise DrillError(f"--nodes must be >= 1, got {self.nodes}")
+        if not math.isfinite(self.lease_ttl_s) or self.lease_ttl_s < 2:
+            raise DrillError(f"lease_ttl_s must be at least 2, got {self.lease_ttl_s}")
         for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -306,6 +313,15 @@ VLLM_READY_TIMEOUT_S: Final = 600
 
 #: The agents' `pool` section in a drill of K > 1 nodes: renewals and expiry scaled to its seconds.
 DRILL_POOL: Final = {"batch": 8, "renew_s": 1.0, "expiry_s": 5.0}
+
+
+#: The drill's operator checks every half second and backs off from half a second to two when the
+#: node has no capacity (against a cloud: every 60 s, from 60 s to 15 minutes).
+OPERATOR_TIMING: Final = Timing(
+    interval_s=0.5, backoff_first_s=0.5, backoff_max_s=2.0, stop_timeout_s=30.0, done_grace_s=30.0
+)
+#: The drill's grant: its spot node never costs more than on-demand.
+DRILL_GRANT: Final = Grant(price_cap=ON_DEMAND_PRICE, currency="USD")
 
 
 def node_id(cfg: DrillConfig, index: int) -> str:
