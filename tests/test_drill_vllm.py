@@ -73,16 +73,16 @@ def test_drill_with_real_vllm_records_exactly_and_leaves_nothing(vllm_ready: Non
     assert sorted(a.episode_id for a in completed) == sorted(record.results)  # one each
     assert len(attempts) == len(completed) + len(interrupted)
     assert not any((a.details or {}).get("lost") for a in interrupted)  # recorded by the agent itself
-    # the episodes in flight at the notice: each either finished within it or was interrupted, once
+    # the episodes seen in flight at the notice: each finished within it or was interrupted, once;
+    # every interrupted attempt is of the first life (one whose process was just being started
+    # when the controller looked is interrupted too, without being seen)
     notice = kill.notice_at
     finished_in_notice = {a.episode_id for a in completed if a.started < notice < a.ended}
-    assert {a.episode_id for a in interrupted} | finished_in_notice == set(kill.in_flight)
-    assert (
-        len(interrupted)
-        == len({a.episode_id for a in interrupted})
-        == len(set(kill.in_flight) - finished_in_notice)
-    )
-
+    interrupted_ids = {a.episode_id for a in interrupted}
+    assert set(kill.in_flight) <= interrupted_ids | finished_in_notice
+    assert len(interrupted) == len(interrupted_ids) >= 1
+    assert all(a.started < notice < a.ended for a in interrupted)
+    assert not interrupted_ids & finished_in_notice
     events = sorted(record.events, key=lambda e: e.time)
     starts = [e for e in events if e.kind == "start" and "incarnation" in e.details]  # the agent's
     readies = [e for e in events if e.kind == "ready"]
