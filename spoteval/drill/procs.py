@@ -12,8 +12,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spoteval.agent.procgroup import shm_held
-
 
 @dataclass(frozen=True)
 class Proc:
@@ -116,25 +114,14 @@ def frozen(root: int, *, settle: bool = False) -> Iterator[list[Proc]]:
 
 
 def kill_node(root: int) -> None:
-    """The node is gone: freeze every process below `root`, then SIGKILL them and `root` itself.
-
-    The shared memory they held goes too, as a machine's /dev/shm goes with it (a model server
-    killed mid-start keeps hundreds of MB there): noted while they are frozen, removed once they
-    are gone, unless a live process still holds it."""
-    held: set[str] = set()
+    """The node is gone: freeze every process below `root`, then SIGKILL them and `root` itself."""
     for _ in range(20):
         with frozen(root) as procs:
-            held |= shm_held([p.pid for p in procs])
             _signal_all([p.pid for p in procs], signal.SIGKILL)
         if not descendants(root):
             break
     with contextlib.suppress(ProcessLookupError):
         os.kill(root, signal.SIGKILL)
-    if held:
-        live = [p.pid for p in processes()]
-        for path in held - shm_held(live):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
 
 
 def episodes_in(procs: Sequence[Proc], ids: frozenset[str]) -> set[str]:
