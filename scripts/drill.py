@@ -4,6 +4,10 @@
                             [--episodes N] [--concurrency C] [--lifetime-s S] [--notice-s S]
                             [--capacity-delay-s S] [--seed N] [--out DIR] [--timeout-s S]
                             [--manifest FILE.jsonl] [--harness inspect|lm-eval]
+                            [--task TASK] [--task-args JSON] [--options JSON] [--samples N|JSON]
+                            [--shard-size N] [--startup-s S] [--sample-s S] [--timing-from DIR]
+                            [--workdir DIR] [--requirements FILE | --requirement REQ ...]
+                            [--exclude PATTERN ...] [--ship-credential PATH ...]
                             [--preempt-after-samples N] [--nodes K] [--shared] [--json]
 
 No cloud account: the store is a local folder (`file`, the default) or S3 on a moto server the drill
@@ -12,8 +16,11 @@ environment. The node runs the real agent (provider `local`) with the stand-in m
 built-in sample episode (0.5-3 s each, 3 % failing as model failures), unless `--server-command`
 (with a `{port}` placeholder) and `--eval-command` (with the agent's `{episode_id}`, `{model_url}`,
 `{output}` placeholders) say otherwise: rehearse your own harness's resume path this way.
-`--harness inspect|lm-eval` runs that harness's shipped task in shards; `--preempt-after-samples N`
-then takes the node's first life once N samples are in the store.
+`--harness inspect|lm-eval` runs a task in shards: your own with `--task` (`PATH.py@TASK`,
+`package.module@TASK`, lm-eval `FOLDER@TASK`; paths relative to this folder or absolute), else the
+harness's shipped one; `--preempt-after-samples N` then takes the node's first life once N samples
+are in the store. The task's folder (or `--workdir`) ships to the node in the agent bundle, and
+`--requirements` are installed there, as a stack's node does (spoteval/drill/bundled.py).
 
 The controller takes the node away after exponential lifetimes (mean `--lifetime-s`, default 45 s):
 SIGTERM to the agent `--notice-s` before the end, SIGKILL of everything on the node at the end, a
@@ -25,12 +32,15 @@ and the drill's own log (`drill.json`) into `--out` (default `drill-<time>/`).
 (`agent.json`, `agent-2.json`, ...), folder (`node-1/`, `node-2/`, ...), lifetimes and capacity
 waits, sharing the episodes through claims in the run record; the operator brings each back.
 
-Exit codes: 0 the run finished, 1 it did not finish within `--timeout-s`, 2 bad input.
+Exit codes: 0 the run finished, 1 it did not finish within `--timeout-s`, 2 bad input, 3 every
+episode ended in a harness error (a missing harness, a task that does not load, a failed
+requirements install: the reason is printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from collections.abc import Sequence
@@ -39,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from spoteval import drill
+from spoteval.harness.ids import SampleIdError, parse_samples
 from spoteval.report import ReportError
 
 
@@ -62,6 +73,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--server-command", help="model server command with {port}")
     p.add_argument(
         "--harness", choices=("inspect", "lm-eval"), help="run the harness's shipped task in shards"
+    )
+    p.add_argument("--task", help="with --harness: PATH.py@TASK, package.module@TASK, lm-eval FOLDER@TASK")
+    p.add_argument("--task-args", help="with --harness: the task's arguments, a JSON object")
+    p.add_argument("--options", help="with --harness: the harness's options, a JSON object")
+    p.add_argument("--samples", help="with --harness: the first N samples, or a JSON list of ids")
+    p.add_argument("--shard-size", type=int, help="with --harness: samples per shard (default: chosen)")
+    p.add_argument("--startup-s", type=float, help="with --harness: start-up per shard, for the plan")
+    p.add_argument("--sample-s", type=float, help="with --harness: time per sample, for the plan")
+    p.add_argument("--timing-from", help="with --harness: an earlier drill's folder to plan shards from")
+    p.add_argument("--workdir", help="your eval project's folder (default: the task's folder)")
+    reqs = p.add_mutually_exclusive_group()
+    reqs.add_argument("--requirements", help="a requirements file in the eval project, installed on the node")
+    reqs.add_argument(
+        "--requirement", action="append", metavar="REQ", help="a requirement to install on the node (repeat)"
+    )
+    p.add_argument("--exclude", action="append", default=[], help="a .gitignore-style pattern not to ship")
+    p.add_argument(
+        "--ship-credential", action="append", default=[], metavar="PATH", help="ship this credential file"
     )
     p.add_argument(
         "--preempt-after-samples",
@@ -111,6 +140,50 @@ def _command(text: str | None, option: str) -> tuple[str, ...] | None:
     return argv
 
 
+def _json(text: str | None, option: str, kind: type) -> Any:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: not JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise UsageError(f"{option}: must be a JSON {'object' if kind is dict else 'list'}")
+    return value
+
+
+def _samples(text: str | None) -> tuple[Any, ...] | int | None:
+    if text is None:
+        return None
+    if text.strip().isdigit():
+        return int(text)
+    ids = _json(text, "--samples", list)
+    try:
+        return tuple(parse_samples(ids))
+    except SampleIdError as exc:
+        raise UsageError(f"--samples: {exc}") from None
+
+
+def own_eval(args: argparse.Namespace) -> drill.OwnEval:
+    requirements: str | tuple[str, ...] | None = args.requirements
+    if args.requirement:
+        requirements = tuple(args.requirement)
+    return drill.OwnEval(
+        task=args.task,
+        workdir=args.workdir,
+        requirements=requirements,
+        excludes=tuple(args.exclude),
+        ship_credentials=tuple(args.ship_credential),
+        task_args=_json(args.task_args, "--task-args", dict) or {},
+        options=_json(args.options, "--options", dict) or {},
+        samples=_samples(args.samples),
+        shard_size=args.shard_size,
+        startup_s=args.startup_s,
+        sample_s=args.sample_s,
+        timing_from=Path(args.timing_from) if args.timing_from else None,
+    )
+
+
 def config_from(args: argparse.Namespace) -> drill.DrillConfig:
     out = (
         Path(args.out) if args.out else Path(f"drill-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
@@ -131,6 +204,7 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         harness=args.harness,
         preempt_after_samples=args.preempt_after_samples,
         nodes=args.nodes,
+        own=own_eval(args),
     )
 
 

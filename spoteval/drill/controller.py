@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from spoteval import loopback
+from spoteval.bundle.unpack import unpack
+from spoteval.drill.bundled import DrillBundle, prepare
 from spoteval.drill.config import (
     NODE_PLACE,
     ON_DEMAND_PRICE,
@@ -48,18 +50,17 @@ from spoteval.drill.config import (
     Kill,
     agent_config,
     base_workload,
-    eval_command,
-    harness_plan,
     node_dir,
     node_id,
 )
 from spoteval.drill.display import Display
-from spoteval.drill.node import pythonpath
+from spoteval.drill.node import PACKAGE_ROOT
 from spoteval.drill.plane import LocalPlane, local_outputs
 from spoteval.drill.procs import episodes_in, frozen, identifiable
 from spoteval.grant import Grant
+from spoteval.harness.hold import ENV as HOLD_ENV
 from spoteval.loopback import LaunchError, free_port
-from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
+from spoteval.manifest import ManifestEntry, dump_manifest
 from spoteval.operate.decide import Timing
 from spoteval.operate.loop import Operator
 from spoteval.record import Event, RunLayout, format_time, utc_now
@@ -110,6 +111,7 @@ class Drill:
         self.lifetimes = random.Random(f"lifetimes:{cfg.seed}")
         self.delays = random.Random(f"capacity:{cfg.seed}")
         self.preempted_seq = _PREEMPTED_SEQ
+        self.prepared: DrillBundle | None = None  # the bundle every node start unpacks
 
     # set-up ---------------------------------------------------------------------------------
 
@@ -129,26 +131,24 @@ class Drill:
         return kind, {}
 
     def _manifest(self) -> list[ManifestEntry]:
-        if self.cfg.manifest is not None:
-            try:
-                return parse_manifest(self.cfg.manifest.read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise DrillError(f"--manifest {self.cfg.manifest}: {exc.strerror or exc}") from None
-            except ValueError as exc:
-                raise DrillError(f"--manifest {self.cfg.manifest}: {exc}") from None
-        if self.cfg.harness is not None:
-            shards = harness_plan(self.cfg)
-            self._log(f"harness {self.cfg.harness}: {shards.describe()}")
-            return list(shards.entries)
-        width = max(4, len(str(self.cfg.episodes)))
-        return [ManifestEntry(f"ep-{i:0{width}d}", {"index": i}) for i in range(1, self.cfg.episodes + 1)]
+        assert self.prepared is not None
+        if self.prepared.statement is not None:
+            self._log(self.prepared.statement)
+        return self.prepared.entries
+
+    @property
+    def bundle_zip(self) -> Path:
+        return self.out / "agent-bundle.zip"
 
     def _agent_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The agent's CLI as the node runs it: from the bundle (unpacked into `out/bundle/`)."""
+        root = unpack(self.bundle_zip, self.out / "bundle")
         return subprocess.run(
             [sys.executable, "-m", "spoteval.agent", *args],
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": pythonpath()},
+            cwd=self.out,
+            env={**os.environ, "PYTHONPATH": str(root)},
             check=False,
         )
 
@@ -158,6 +158,9 @@ class Drill:
         folder = node_dir(self.cfg, index)
         logs = folder / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != HOLD_ENV}
+        if self.cfg.preempt_after_samples is not None and incarnation == 1 and index == 1:
+            env[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # the taken life stops at N samples
         log = open(logs / f"node-{incarnation}.log", "wb")  # noqa: SIM115 - the child holds it
         try:
             return subprocess.Popen(
@@ -170,11 +173,13 @@ class Drill:
                     str(config),
                     "--boot-file",
                     str(folder / "boot.json"),
+                    "--bundle",
+                    str(self.bundle_zip),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "PYTHONPATH": pythonpath()},
+                env={**env, "PYTHONPATH": str(PACKAGE_ROOT)},
             )
         finally:
             log.close()
@@ -202,7 +207,9 @@ class Drill:
 
     def run(self) -> DrillResult:
         cfg = self.cfg
+        self.prepared = prepare(cfg)  # before anything is written or started
         self.out.mkdir(parents=True, exist_ok=True)
+        self.bundle_zip.write_bytes(self.prepared.bundle.data)
         started = utc_now()
         run_id = cfg.run_id or f"drill-{started.strftime('%Y%m%d-%H%M%S')}-s{cfg.seed}"
         try:
@@ -236,8 +243,20 @@ class Drill:
         manifest_path.write_bytes(dump_manifest(entries))
         config_path = self.out / "agent.json"
         configs = [config_path] + [self.out / f"agent-{i}.json" for i in range(2, cfg.nodes + 1)]
+        prepared = self.prepared
+        assert prepared is not None
         for i, path in enumerate(configs, start=1):
-            agent = agent_config(cfg, run_id, store_url, options, free_port(), index=i)
+            agent = agent_config(
+                cfg,
+                run_id,
+                store_url,
+                options,
+                free_port(),
+                index=i,
+                episodes_command=prepared.command,
+                eval_env=prepared.eval_env,
+                home=prepared.base,
+            )
             path.write_text(json.dumps(agent, indent=2) + "\n")
         base = base_workload(len(entries), cfg.capacity_delay_s)
         (self.out / "workload.json").write_text(json.dumps(base, indent=2) + "\n")
@@ -474,7 +493,7 @@ class Drill:
             notice_at=chaos.notice_at,
             killed_at=killed_at,
             in_flight=tuple(sorted(chaos.in_flight)),
-            observed=identifiable(eval_command(self.cfg)),
+            observed=identifiable(self.prepared.command if self.prepared else ()),
             agent_exit=code,
             capacity_delay_s=delay,
             node=plane.node,

@@ -1,7 +1,10 @@
 """The drill node's startup path: what the startup script is on a real node.
 
-`python -m spoteval.drill node --config agent.json --boot-file F` notes the boot time in the agent's
-boot file, starts the agent with the same config every time, and stays as the node's init.
+`python -m spoteval.drill node --config agent.json --boot-file F --bundle ZIP` notes the boot time in
+the agent's boot file, unpacks the agent bundle into a fresh folder beside it (`bundle/`, replaced
+at every start, as a VM's startup script does), starts the agent from there (`PYTHONPATH` is that
+folder only, the working folder the node's own) with the same config every time, and stays as the
+node's init. Without `--bundle` the agent runs from this checkout (tests of the startup path).
 
 On Linux this process is a child subreaper, so an episode or model server orphaned by the agent
 stays inside the node and dies with it. Elsewhere such orphans may escape (the drill then kills what
@@ -39,6 +42,7 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m spoteval.drill node")
     parser.add_argument("--config", required=True)
     parser.add_argument("--boot-file", required=True)
+    parser.add_argument("--bundle", help="the agent bundle zip to unpack and run from")
     args = parser.parse_args(argv)
     boot = utc_now()
     if sys.platform.startswith("linux"):
@@ -51,10 +55,17 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     tmp = f"{args.boot_file}.tmp"
     Path(tmp).write_text(json.dumps({"boot_time": format_time(boot), "source": "drill"}))
     os.replace(tmp, args.boot_file)
-    env = {**os.environ, "PYTHONPATH": pythonpath()}
+    home = Path(args.boot_file).resolve().parent
+    if args.bundle:
+        from spoteval.bundle.unpack import unpack
+
+        env = {**os.environ, "PYTHONPATH": str(unpack(args.bundle, home / "bundle"))}
+    else:
+        env = {**os.environ, "PYTHONPATH": pythonpath()}
     agent = subprocess.Popen(
         [sys.executable, "-m", "spoteval.agent", "--config", args.config],
         env=env,
+        cwd=home,
         preexec_fn=_default_sigterm,  # noqa: PLW1509 - the agent must not inherit SIG_IGN-like handlers
     )
     code: int | None = None
