@@ -40,8 +40,8 @@ from typing import Any
 from spoteval import standin
 from spoteval.bundle.build import build_bundle
 from spoteval.bundle.unpack import unpack
-from spoteval.harness.shards import HarnessBlock, Timing, choose_episode_size, episode_command
-from spoteval.harness.timing import MEASURED_FILE
+from spoteval.harness.shards import HarnessBlock, choose_episode_size, episode_command
+from spoteval.harness.timing import MEASURED_FILE, Timing
 
 #: the shipped tasks as they are named inside the bundle's spoteval/ package
 TASKS = {

@@ -137,6 +137,11 @@ def _samples(cfg: DrillConfig, bundle: Bundle, resolved: ResolvedEval) -> list[S
         return list(own.samples)
     if isinstance(own.samples, int) and cfg.harness == "lm-eval":
         return list(range(own.samples))
+    if own.task is None:  # the shipped task: its ids are known without the harness
+        from spoteval.harness.tasks import shipped
+
+        ids = shipped(cfg.harness)[1]
+        return ids[: own.samples] if isinstance(own.samples, int) else ids
     try:
         ids = list_in_bundle(bundle, cfg.harness, resolved.node_task, own.task_args, resolved.node_options)
     except EvalError as exc:

@@ -118,7 +118,7 @@ class DrillConfig:
     #: the store, whatever its drawn lifetime; later lives are drawn as usual
     preempt_after_samples: int | None = None
     nodes: int = 1  # K > 1: K nodes of one run sharing its episodes through claims (a pool)
-    own: OwnEval = OwnEval()  # the user's own task, folder and requirements
+    own: OwnEval = field(default_factory=OwnEval)  # the user's own task, folder and requirements
 
     def check(self) -> None:
         if self.nodes < 1:
