@@ -87,7 +87,7 @@ def split(harness: str, task: str, options: Mapping[str, Any] | None = None) -> 
     if file.endswith(".py"):
         if at and not _NAME.match(name):
             raise TaskError(f"{task}: {name!r} is not a task function's name")
-        return TaskRef(harness, FILE, file, name or None)
+        return TaskRef(harness, FILE, file, name if at else None)
     if at:
         if "/" in file or not _DOTTED.match(file):
             raise TaskError(f"{task}: write PATH.py@TASK (a file) or package.module@TASK (a module)")
