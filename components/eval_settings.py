@@ -72,6 +72,12 @@ HARNESS_KEYS: Final = frozenset(
 )
 #: the user's eval project: read with a harness and with a command
 PROJECT_KEYS: Final = frozenset({"workdir", "requirements", "exclude", "ship_credentials"})
+#: every key of the `eval:` block
+EVAL_KEYS: Final = (
+    frozenset({"command", "manifest", "concurrency", "max_attempts", "timeout_s", "heartbeat_s"})
+    | HARNESS_KEYS
+    | PROJECT_KEYS
+)
 #: what the node installs into the agent's venv for each harness: (module to import, requirement)
 NODE_PACKAGES: Final[Mapping[str, tuple[str, str]]] = PACKAGES
 

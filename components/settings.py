@@ -38,14 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, runtime_checkable
 
-from components.eval_settings import (
-    HARNESS_KEYS,
-    PROJECT_KEYS,
-    EvalProject,
-    HarnessEval,
-    parse_harness,
-    parse_project,
-)
+from components.eval_settings import EVAL_KEYS, EvalProject, HarnessEval, parse_harness, parse_project
 from components.registry import provider_module
 from components.workflows import node_refusal
 from spoteval.config_reader import Reader
@@ -93,18 +86,6 @@ NODE_KEYS: Final = frozenset(
     }
 )
 SERVER_KEYS: Final = frozenset({"command", "model", "port", "health_path", "ready_timeout_s", "image"})
-EVAL_KEYS: Final = frozenset(
-    {
-        "command",
-        "manifest",
-        "concurrency",
-        "max_attempts",
-        "timeout_s",
-        "heartbeat_s",
-        *HARNESS_KEYS,
-        *PROJECT_KEYS,
-    }
-)
 STOP_KEYS: Final = frozenset({"max_runtime_hours", "idle_minutes", "on_done", "notify_emails"})
 
 #: api_stop: the agent stops the node through the provider's API (Runpod)

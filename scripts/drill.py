@@ -40,7 +40,6 @@ requirements install: the reason is printed).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from collections.abc import Sequence
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from spoteval import drill
-from spoteval.harness.ids import SampleIdError, parse_samples
+from spoteval.drill.options import OptionError, add_own_eval_options, own_eval
 from spoteval.report import ReportError
 
 
@@ -74,24 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--harness", choices=("inspect", "lm-eval"), help="run the harness's shipped task in shards"
     )
-    p.add_argument("--task", help="with --harness: PATH.py@TASK, package.module@TASK, lm-eval FOLDER@TASK")
-    p.add_argument("--task-args", help="with --harness: the task's arguments, a JSON object")
-    p.add_argument("--options", help="with --harness: the harness's options, a JSON object")
-    p.add_argument("--samples", help="with --harness: the first N samples, or a JSON list of ids")
-    p.add_argument("--shard-size", type=int, help="with --harness: samples per shard (default: chosen)")
-    p.add_argument("--startup-s", type=float, help="with --harness: start-up per shard, for the plan")
-    p.add_argument("--sample-s", type=float, help="with --harness: time per sample, for the plan")
-    p.add_argument("--timing-from", help="with --harness: an earlier drill's folder to plan shards from")
-    p.add_argument("--workdir", help="your eval project's folder (default: the task's folder)")
-    reqs = p.add_mutually_exclusive_group()
-    reqs.add_argument("--requirements", help="a requirements file in the eval project, installed on the node")
-    reqs.add_argument(
-        "--requirement", action="append", metavar="REQ", help="a requirement to install on the node (repeat)"
-    )
-    p.add_argument("--exclude", action="append", default=[], help="a .gitignore-style pattern not to ship")
-    p.add_argument(
-        "--ship-credential", action="append", default=[], metavar="PATH", help="ship this credential file"
-    )
+    add_own_eval_options(p)
     p.add_argument(
         "--preempt-after-samples",
         type=int,
@@ -140,48 +122,11 @@ def _command(text: str | None, option: str) -> tuple[str, ...] | None:
     return argv
 
 
-def _json(text: str | None, option: str, kind: type) -> Any:
-    if text is None:
-        return None
+def _own(args: argparse.Namespace) -> drill.OwnEval:
     try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{option}: not JSON: {exc}") from None
-    if not isinstance(value, kind):
-        raise UsageError(f"{option}: must be a JSON {'object' if kind is dict else 'list'}")
-    return value
-
-
-def _samples(text: str | None) -> tuple[Any, ...] | int | None:
-    if text is None:
-        return None
-    if text.strip().isdigit():
-        return int(text)
-    ids = _json(text, "--samples", list)
-    try:
-        return tuple(parse_samples(ids))
-    except SampleIdError as exc:
-        raise UsageError(f"--samples: {exc}") from None
-
-
-def own_eval(args: argparse.Namespace) -> drill.OwnEval:
-    requirements: str | tuple[str, ...] | None = args.requirements
-    if args.requirement:
-        requirements = tuple(args.requirement)
-    return drill.OwnEval(
-        task=args.task,
-        workdir=args.workdir,
-        requirements=requirements,
-        excludes=tuple(args.exclude),
-        ship_credentials=tuple(args.ship_credential),
-        task_args=_json(args.task_args, "--task-args", dict) or {},
-        options=_json(args.options, "--options", dict) or {},
-        samples=_samples(args.samples),
-        shard_size=args.shard_size,
-        startup_s=args.startup_s,
-        sample_s=args.sample_s,
-        timing_from=Path(args.timing_from) if args.timing_from else None,
-    )
+        return own_eval(args)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def config_from(args: argparse.Namespace) -> drill.DrillConfig:
@@ -204,7 +149,7 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         harness=args.harness,
         preempt_after_samples=args.preempt_after_samples,
         nodes=args.nodes,
-        own=own_eval(args),
+        own=_own(args),
     )
 
 

@@ -71,6 +71,10 @@ class Prepared:
     details: dict[str, Any] | None = None  # for the `ready` event
     error: str | None = None  # the install failed: every attempt of this start is a harness_error
 
+    def spawn_args(self) -> dict[str, Any]:
+        """What `episodes.spawn` takes from the eval environment."""
+        return {"python": self.python, "cwd": self.cwd, "refused": self.error}
+
 
 def _clean(line: str) -> str:
     text = line.strip()
@@ -275,6 +279,15 @@ class Preparing:
             self.result = Prepared(python=sys.executable, error=f"eval env: {exc}")
         self.ready_mono = time.monotonic()
         self.done.set()
+
+    def ready_details(self, started_mono: float) -> dict[str, Any]:
+        """The `ready` event's `eval_env` (requirements key, reused, install seconds) and timing."""
+        if self.result is None or self.result.details is None:
+            return {}
+        out: dict[str, Any] = {"eval_env": self.result.details}
+        if self.ready_mono is not None:
+            out["agent_to_eval_env_s"] = round(self.ready_mono - started_mono, 3)
+        return out
 
     def get(self) -> Prepared:
         with contextlib.suppress(RuntimeError):

@@ -498,16 +498,7 @@ class Agent(Starting, Stopping):
             run.started, run.started_mono = utc_now(), time.monotonic()
             run.timeout_at = run.started_mono + self.config.episodes.timeout_s
             self.running[run.episode_id] = run
-            ep.spawn(
-                self.config.episodes,
-                run,
-                self.model_url,
-                env,
-                self._on_exit,
-                python=prepared.python,
-                cwd=prepared.cwd,
-                refused=prepared.error,
-            )
+            ep.spawn(self.config.episodes, run, self.model_url, env, self._on_exit, **prepared.spawn_args())
         if self.first_dispatch_mono is None:
             self.first_dispatch_mono = time.monotonic()
             self._ready()
@@ -521,10 +512,7 @@ class Agent(Starting, Stopping):
             record_read_s=self.record_read_s,
             server_started_by_agent=bool(self.config.server.command),
         )
-        if self.prepared is not None and self.prepared.details is not None:
-            details["eval_env"] = self.prepared.details
-            if self.eval_env.ready_mono is not None:
-                details["agent_to_eval_env_s"] = round(self.eval_env.ready_mono - self.started_mono, 3)
+        details.update(self.eval_env.ready_details(self.started_mono))
         self.event("ready", None, details)
         self.log(
             f"ready: server healthy {details['agent_to_server_healthy_s']} s after agent start, "

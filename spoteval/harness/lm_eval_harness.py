@@ -12,8 +12,10 @@
 - Sample ids are lm-eval's document indices in the evaluation split (its `--samples`), integers,
   in any order and with gaps. lm-eval numbers the documents of a `samples` run by their position
   among the selected ones (`enumerate(x for i, x in enumerate(eval_docs) if i in samples)` in
-  `Task.doc_iterator`, 0.4.13): spot-eval maps every position back to its document index, so a
-  shard of documents 5-9 stores document 5 under `5`, and resume skips exactly the stored ones.
+  `Task.doc_iterator`, 0.4.13) and maps them back for its log through the list it was given:
+  spot-eval gives that list in index order and maps each request's position back to its document
+  index, so a shard of documents 5-9 stores document 5 under `5` (and `[9, 2, 5]` stores each under
+  its own), and resume skips exactly the stored ones.
 - The model is `{openai_base_url}/completions` (or `/chat/completions`) with `model={model}` and
   `tokenizer_backend=None`, so no tokenizer is downloaded. Run with `HF_HUB_OFFLINE=1` and
   `HF_DATASETS_OFFLINE=1` (the runner sets both unless they are set).
@@ -219,7 +221,7 @@ class LmEvalHarness:
             results = lm_eval.simple_evaluate(
                 model=_shard_lm(inner, job.done, sink, clock, times, docs=docs),
                 tasks=[task],
-                samples={job.task: list(job.samples)},
+                samples={job.task: docs},  # in index order: lm-eval's own log maps positions by it
                 log_samples=True,
                 apply_chat_template=chat,
                 **rest,
@@ -229,7 +231,7 @@ class LmEvalHarness:
         except Exception as exc:
             return _timed(Outcome(HARNESS_ERROR, f"lm-eval: {one_line(exc)}"), t0, clock)
         _write_log(job.log_dir, results)
-        scored = scored_samples(results, job.task, docs) if results else {}
+        scored = scored_samples(results, job.task) if results else {}
         samples: dict[SampleId, SampleRecord] = dict(scored.items())
         missing = [s for s in job.samples if s not in samples]
         if missing:
@@ -248,12 +250,12 @@ def _timed(outcome: Outcome, t0: float, clock: Mapping[str, float]) -> Outcome:
     return outcome
 
 
-def scored_samples(results: Mapping[str, Any], task: str, docs: Sequence[int]) -> dict[int, SampleRecord]:
+def scored_samples(results: Mapping[str, Any], task: str) -> dict[int, SampleRecord]:
     """doc index -> the result's record, from `simple_evaluate(log_samples=True)`'s samples (whose
-    `doc_id` is the position among `docs`, the shard's documents in index order)."""
+    `doc_id` lm-eval maps back to the index through the `samples` it was given, in index order)."""
     out: dict[int, SampleRecord] = {}
     for entry in results.get("samples", {}).get(task, []):
-        doc = docs[int(entry["doc_id"])]
+        doc = int(entry["doc_id"])
         suffix = "" if entry.get("filter", "none") == "none" else f",{entry['filter']}"
         record = out.setdefault(
             doc,

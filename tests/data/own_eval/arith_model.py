@@ -60,14 +60,26 @@ class Handler(BaseHTTPRequestHandler):
                 log.write(f"{os.getpid()}\t{question}\n")
         usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
         if "messages" in body:
-            choice = {"index": 0, "message": {"role": "assistant", "content": f"The answer is {text}"},
-                      "finish_reason": "stop"}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": f"The answer is {text}"},
+                "finish_reason": "stop",
+            }
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}
             obj = "text_completion"
-        self._send(200, {"id": "x", "object": obj, "created": int(time.time()), "model": "standin",
-                         "choices": [choice], "usage": usage})
+        self._send(
+            200,
+            {
+                "id": "x",
+                "object": obj,
+                "created": int(time.time()),
+                "model": "standin",
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
 
 
 def main() -> None:
