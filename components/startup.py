@@ -37,6 +37,7 @@ from components.base import stack_base
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
 from components.eval_settings import NODE_PACKAGES, resolve_eval, stages_manifest
 from components.settings import Settings, SettingsError
+from spoteval.agent import exits
 from spoteval.agent.config import build_agent_config
 from spoteval.harness import names_harness
 from spoteval.harness.shards import episode_command
@@ -397,6 +398,8 @@ def _unit(settings: Settings) -> str:
             # on-failure includes exit 75, "the store did not answer at start" (spoteval/agent/exits.py):
             # a node that comes back during a store outage keeps trying (at most StartLimitBurst an hour).
             "Restart=on-failure",
+            # exit 3: every episode ended in a harness error; starting again cannot help
+            f"RestartPreventExitStatus={exits.HARNESS_ERRORS}",
             "RestartSec=15",
             "",
             "[Install]",
