@@ -8,7 +8,7 @@ project (tests/data/own_eval/ copied into a temporary one), against the user's o
 - lm-eval: 10 documents in 2 shards, stored under their document ids (5-9 in the second), the same;
 - a pool of two nodes: the shard cut on drill-node-1 is finished by drill-node-2 from the store;
 - a failed requirements install: every shard a harness error with pip's message, pip run once per
-  node start (no retry storm), the drill exits 3 and says why.
+  node start (no retry storm), the agent's `stop` says so, the drill exits 3 and says why.
 
 Installs never reach an index (`PIP_NO_INDEX=1`): the wheel is local, the missing package fails.
 """
@@ -166,6 +166,8 @@ def test_a_failed_requirements_install_is_a_harness_error_with_pips_message(tmp_
     _, record = _record(out)
     assert [a.outcome for a in record.attempts] == ["harness_error", "harness_error"]  # max_attempts 2
     assert all(pip_line in (a.error or "") for a in record.attempts)
+    stops = [e.details for e in record.events if e.kind == "stop"]
+    assert [d.get("harness_errors") for d in stops] == ["every episode"]  # the agent exits 3, says why
     logs = list((out / "node" / "cache" / "venvs").glob("*.install.log"))
     assert len(logs) == 1 and logs[0].read_text().count(pip_line) == 1  # pip ran once, not per attempt
     text = (out / "report.txt").read_text()
