@@ -174,3 +174,27 @@ def test_a_failed_requirements_install_is_a_harness_error_with_pips_message(tmp_
     assert "Harness errors: 1 of 1 episodes failed for reasons that are not the model's" in text
     assert "every episode ended in a harness error" in text and pip_line in text
     assert "Harness errors: 1 of 1 episodes" in done.stdout
+
+
+@pytest.mark.slow
+def test_an_own_episode_command_ships_with_its_workdir_and_starts_there(tmp_path: Path) -> None:
+    home = user_folder(tmp_path)
+    episodes = home / "episodes"
+    episodes.mkdir()
+    (episodes / "answers.json").write_text('{"ok": true}')
+    (episodes / "run_episode.py").write_text(
+        "import json, os, sys\n"
+        "out = sys.argv[sys.argv.index('--out') + 1]\n"
+        "with open('answers.json') as f:  # relative: the episode starts in its project's folder\n"
+        "    data = json.load(f)\n"
+        "json.dump({'cwd': os.getcwd(), **data}, open(out, 'w'))\n"
+    )
+    out = tmp_path / "drill"
+    done = drill(
+        home, out, "--eval-command", f"{sys.executable} run_episode.py --id {{episode_id}} --out {{output}}",
+        "--workdir", "episodes", "--episodes", "3", "--concurrency", "3", *QUIET, "--timeout-s", "300",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, record = _record(out)
+    assert {r.output["cwd"] for r in record.results.values()} == {str(out / "node" / "bundle" / "eval")}
+    assert [r.output["ok"] for r in record.results.values()] == [True, True, True]

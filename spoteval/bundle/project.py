@@ -176,14 +176,6 @@ def collect(spec: ProjectSpec) -> list[ProjectFile]:
     return files
 
 
-def inside(path: Path, folder: Path) -> bool:
-    try:
-        path.relative_to(folder)
-    except ValueError:
-        return False
-    return True
-
-
 def requirement_lines(spec: ProjectSpec, files: Sequence[ProjectFile]) -> list[str] | None:
     """The requirements' lines (from the file or the list), for eval.json; None without any."""
     if spec.requirements is not None:

@@ -56,7 +56,7 @@ from spoteval.drill.config import (
 from spoteval.drill.display import Display
 from spoteval.drill.node import PACKAGE_ROOT
 from spoteval.drill.plane import LocalPlane, local_outputs
-from spoteval.drill.procs import episodes_in, frozen, identifiable
+from spoteval.drill.procs import descendants, episodes_in, frozen, identifiable
 from spoteval.grant import Grant
 from spoteval.harness.hold import ENV as HOLD_ENV
 from spoteval.loopback import LaunchError, free_port
@@ -159,8 +159,8 @@ class Drill:
         logs = folder / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k != HOLD_ENV}
-        if self.cfg.preempt_after_samples is not None and incarnation == 1 and index == 1:
-            env[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # the taken life stops at N samples
+        if self.cfg.preempt_after_samples is not None and incarnation == 1:
+            env[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # a first life's shards stop at N samples
         log = open(logs / f"node-{incarnation}.log", "wb")  # noqa: SIM115 - the child holds it
         try:
             return subprocess.Popen(
@@ -395,7 +395,7 @@ class Drill:
             )
             self._log(f"{self.notes[-1]}: {tail}")
         if m.chaos.by_samples and not m.chaos.over:
-            self._preempt_by_samples(life, m.chaos, now)
+            self._preempt_by_samples(life, m.chaos, plane, now)
         if not m.chaos.over:
             kill = self._chaos(life, m.chaos, plane, now=now, all_done=all_done)
             if kill is not None:
@@ -418,9 +418,12 @@ class Drill:
         if self.cfg.preempt_after_samples is not None and plane.starts == 1:
             n = self.cfg.preempt_after_samples
             self._log(
-                f"{self._name(plane)}start 1 (it will be taken once {n} harness samples are in the store)"
+                f"{self._name(plane)}start 1 (taken once {n} harness samples are in the store if it "
+                f"runs a shard then; else its lifetime is {lifetime:.1f} s)"
             )
-            return _Chaos(start=1, launched=plane.launched or utc_now(), over=False, by_samples=True)
+            return _Chaos(
+                start=1, lifetime=lifetime, launched=plane.launched or utc_now(), over=False, by_samples=True
+            )
         self._log(f"{self._name(plane)}start {plane.starts} (its lifetime will be {lifetime:.1f} s)")
         return _Chaos(
             start=plane.starts,
@@ -431,8 +434,10 @@ class Drill:
             over=False,
         )
 
-    def _preempt_by_samples(self, life: _Life, chaos: _Chaos, now: float) -> None:
-        """`preempt_after_samples`: once that many samples are in the store, the notice is now."""
+    def _preempt_by_samples(self, life: _Life, chaos: _Chaos, plane: LocalPlane, now: float) -> None:
+        """`preempt_after_samples`: once that many samples are in the store, the notice is now for a
+        node that runs a shard (its shard runners hold there: spoteval/harness/hold.py); a node that
+        runs none lives its drawn lifetime instead."""
         try:
             keys = life.store.list(f"{life.layout.prefix}harness/")
         except StoreError:
@@ -441,10 +446,17 @@ class Drill:
         if samples < (self.cfg.preempt_after_samples or 0):
             return
         chaos.by_samples = False
+        process = plane.process
+        if process is None or not episodes_in(descendants(process.pid), life.ids):
+            launched = plane.launched_mono if plane.launched_mono is not None else now
+            chaos.t_kill = launched + chaos.lifetime
+            chaos.t_notice = chaos.t_kill - self.cfg.notice_s if self.cfg.notice_s > 0 else math.inf
+            return
         chaos.t_notice = now if self.cfg.notice_s > 0 else math.inf
         chaos.t_kill = now + self.cfg.notice_s
         chaos.lifetime = (utc_now() - chaos.launched).total_seconds() + self.cfg.notice_s
-        self._log(f"{samples} harness samples in the store: the node is taken")
+        who = "the node" if self.cfg.nodes == 1 else plane.node
+        self._log(f"{samples} harness samples in the store: {who} is taken")
 
     def _chaos(
         self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool
