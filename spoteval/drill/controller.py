@@ -417,9 +417,10 @@ class Drill:
         notice_s = self.cfg.notice_s
         if self.cfg.preempt_after_samples is not None and plane.starts == 1:
             n = self.cfg.preempt_after_samples
+            unless = "" if self.cfg.nodes == 1 else f" if it runs a shard then; else in {lifetime:.1f} s"
             self._log(
-                f"{self._name(plane)}start 1 (taken once {n} harness samples are in the store if it "
-                f"runs a shard then; else its lifetime is {lifetime:.1f} s)"
+                f"{self._name(plane)}start 1 (it will be taken once {n} harness samples are in the store"
+                f"{unless})"
             )
             return _Chaos(
                 start=1, lifetime=lifetime, launched=plane.launched or utc_now(), over=False, by_samples=True
