@@ -72,6 +72,7 @@ def _ready(record: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_an_own_inspect_task_with_requirements_resumes_mid_shard(tmp_path: Path) -> None:
     home = user_folder(tmp_path)
     build_wheel(home / "inspect" / "wheels")
@@ -104,6 +105,7 @@ def test_an_own_inspect_task_with_requirements_resumes_mid_shard(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_an_own_lm_eval_folder_stores_document_ids_and_resumes_mid_shard(tmp_path: Path) -> None:
     home = user_folder(tmp_path)
     out = tmp_path / "drill"
@@ -127,6 +129,7 @@ def test_an_own_lm_eval_folder_stores_document_ids_and_resumes_mid_shard(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_shard_cut_on_one_node_resumes_on_another_node_from_the_store(tmp_path: Path) -> None:
     home = user_folder(tmp_path)
     out = tmp_path / "drill"
@@ -151,6 +154,7 @@ def test_a_shard_cut_on_one_node_resumes_on_another_node_from_the_store(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_failed_requirements_install_is_a_harness_error_with_pips_message(tmp_path: Path) -> None:
     home = user_folder(tmp_path)
     out = tmp_path / "drill"
@@ -177,6 +181,7 @@ def test_a_failed_requirements_install_is_a_harness_error_with_pips_message(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_an_own_episode_command_ships_with_its_workdir_and_starts_there(tmp_path: Path) -> None:
     home = user_folder(tmp_path)
     episodes = home / "episodes"

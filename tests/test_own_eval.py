@@ -333,3 +333,18 @@ def test_a_stack_names_an_lm_eval_folder_relative_to_its_repository(tmp_path: Pa
     command = config["episodes"]["command"]
     assert command[command.index("--task") + 1] == "eval@arith10" and "--options" not in command
     assert config["eval_env"] == {"workdir": "eval", "venvs_dir": "/mnt/spot-eval-cache/venvs"}
+
+
+def test_the_drills_own_folder_never_ships(tmp_path: Path) -> None:
+    from spoteval.drill import DrillConfig, OwnEval
+    from spoteval.drill.bundled import prepare
+
+    home = user_folder(tmp_path)
+    (home / "drill-1").mkdir()
+    (home / "drill-1" / "report.txt").write_text("an earlier drill")
+    command = ("python3", "run.py", "{episode_id}", "{output}")
+    cfg = DrillConfig(out=home / "drill-1", eval_command=command, episodes=2, own=OwnEval(workdir="."))
+    prepared = prepare(cfg, home)
+    assert "eval/arith_model.py" in prepared.bundle.files
+    assert not [n for n in prepared.bundle.files if n.startswith("eval/drill-1/")]
+    assert prepared.eval_env == {"workdir": "eval"} and prepared.command == command

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,19 +77,25 @@ def _user_eval(cfg: DrillConfig, base: Path) -> UserEval:
 
         block, _ = shipped(cfg.harness)
         task, options = block.task, {**dict(block.options), **options}
-    excludes = list(own.excludes)
-    out = cfg.out.resolve()
-    if out.is_relative_to(base):  # the drill's own folder never ships
-        excludes.append("/" + out.relative_to(base).as_posix() + "/")
     return UserEval(
         harness=cfg.harness,
         task=task,
         options=options,
         workdir=own.workdir,
         requirements=own.requirements,
-        excludes=tuple(excludes),
+        excludes=own.excludes,
         ship_credentials=own.ship_credentials,
     )
+
+
+def _without_out(cfg: DrillConfig, resolved: ResolvedEval) -> ResolvedEval:
+    """The drill's own output folder never ships, when it lies inside the eval project."""
+    project = resolved.project
+    out = cfg.out.resolve()
+    if project is None or not out.is_relative_to(project.root):
+        return resolved
+    pattern = "/" + out.relative_to(project.root).as_posix() + "/"
+    return replace(resolved, project=replace(project, excludes=(*project.excludes, pattern)))
 
 
 def _requirement_lines(cfg: DrillConfig, resolved: ResolvedEval) -> list[str]:
@@ -177,7 +183,7 @@ def prepare(cfg: DrillConfig, base: Path | None = None) -> DrillBundle:
     """The drill's bundle, manifest and episode command (DrillError: one line, nothing written)."""
     base = (base or Path.cwd()).resolve()
     try:
-        resolved = resolve(_user_eval(cfg, base), base)
+        resolved = _without_out(cfg, resolve(_user_eval(cfg, base), base))
         bundle = build_bundle(project=resolved.project)
         check_in_bundle(resolved, bundle)
     except (EvalError, ProjectError) as exc:
