@@ -6,7 +6,7 @@ project (tests/data/own_eval/ copied into a temporary one), against the user's o
   most one more per slot) samples in the store, exact per-sample scores, no finished sample asked
   again;
 - lm-eval: 10 documents in 2 shards, stored under their document ids (5-9 in the second), the same;
-- a pool of two nodes: the shard cut on drill-node-1 is finished by drill-node-2 from the store;
+- a pool of two nodes: the shard cut on one node is finished by the other from the store;
 - a failed requirements install: every shard a harness error with pip's message, pip run once per
   node start (no retry storm), the agent's `stop` says so, the drill exits 3 and says why.
 
@@ -141,8 +141,9 @@ def test_a_shard_cut_on_one_node_resumes_on_another_node_from_the_store(tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     log, record = _record(out)
     [result] = record.results.values()
-    assert (result.node, result.output["from_store"], result.output["ran"]) == ("drill-node-2", 3, 9)
-    assert [k["node"] for k in log["kills"]] == ["drill-node-1"]
+    [taken] = [k["node"] for k in log["kills"]]  # the node that ran the shard when 3 were stored
+    assert result.node in ("drill-node-1", "drill-node-2") and result.node != taken
+    assert (result.output["from_store"], result.output["ran"]) == (3, 9)
     scores = {s["id"]: s["scores"]["includes"] for s in result.output["samples"]}
     assert scores == {sid: float(right) for sid, right in INSPECT_RIGHT.items()}
     by_pid: dict[str, set[str]] = {}

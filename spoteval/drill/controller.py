@@ -59,6 +59,7 @@ from spoteval.drill.plane import LocalPlane, local_outputs
 from spoteval.drill.procs import descendants, episodes_in, frozen, identifiable
 from spoteval.grant import Grant
 from spoteval.harness.hold import ENV as HOLD_ENV
+from spoteval.harness.hold import RELEASE_ENV
 from spoteval.loopback import LaunchError, free_port
 from spoteval.manifest import ManifestEntry, dump_manifest
 from spoteval.operate.decide import Timing
@@ -158,9 +159,11 @@ class Drill:
         folder = node_dir(self.cfg, index)
         logs = folder / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k != HOLD_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in (HOLD_ENV, RELEASE_ENV)}
         if self.cfg.preempt_after_samples is not None and incarnation == 1:
             env[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # a first life's shards stop at N samples
+            env[RELEASE_ENV] = str(self._release_file(index))
+            self._release_file(index).unlink(missing_ok=True)
         log = open(logs / f"node-{incarnation}.log", "wb")  # noqa: SIM115 - the child holds it
         try:
             return subprocess.Popen(
@@ -183,6 +186,10 @@ class Drill:
             )
         finally:
             log.close()
+
+    def _release_file(self, index: int) -> Path:
+        """Created when node `index` is not the one taken at N samples: its shards hold no more."""
+        return node_dir(self.cfg, index) / "hold-released"
 
     def _write_preempted(
         self, store: Store, layout: RunLayout, at: datetime, launched: datetime, node: str
@@ -449,6 +456,8 @@ class Drill:
         chaos.by_samples = False
         process = plane.process
         if process is None or not episodes_in(descendants(process.pid), life.ids):
+            index = next(i for i, p in enumerate(self.planes, start=1) if p is plane)
+            self._release_file(index).touch()
             launched = plane.launched_mono if plane.launched_mono is not None else now
             chaos.t_kill = launched + chaos.lifetime
             chaos.t_notice = chaos.t_kill - self.cfg.notice_s if self.cfg.notice_s > 0 else math.inf

@@ -6,11 +6,14 @@ the drill also sets `SPOTEVAL_HOLD_AFTER_SAMPLES=N` for that node's life: after 
 sample it counts the run's samples in the store, and once there are N it stops where it is (the
 harness's sample hook does not return) until the node is taken. Each slot of the node writes at
 most one sample after the N-th (the one it was writing), so a test can place a preemption inside a
-shard exactly. Nothing sets the variable on a real node; without it nothing is counted.
+shard exactly. In a pool every node's first life holds, and the drill takes the node that runs a
+shard then; it releases the others (`SPOTEVAL_HOLD_RELEASE`, a file it creates), which then go on.
+Nothing sets the variables on a real node; without them nothing is counted.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +24,7 @@ from spoteval.record import RunLayout
 from spoteval.store import Store, StoreError
 
 ENV: Final = "SPOTEVAL_HOLD_AFTER_SAMPLES"
+RELEASE_ENV: Final = "SPOTEVAL_HOLD_RELEASE"
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Hold:
     store: Store
     run_id: str
     after: int
+    release: str | None = None  # a file whose existence ends the hold
 
     def samples_in_store(self) -> int:
         prefix = f"{RunLayout(self.run_id).prefix}harness/"
@@ -36,15 +41,20 @@ class Hold:
         except StoreError:
             return 0
 
+    def released(self) -> bool:
+        return self.release is not None and os.path.exists(self.release)
+
     def check(self) -> None:
-        """After a sample was written: block for good once the run has `after` samples."""
-        if self.samples_in_store() >= self.after:
-            while True:  # the notice (SIGTERM) or the node's end stops it
-                time.sleep(3600)
+        """After a sample was written: once the run has `after` samples, block until the node is taken
+        (the notice's SIGTERM, or its end), or until the drill releases this node."""
+        if self.released() or self.samples_in_store() < self.after:
+            return
+        while not self.released():
+            time.sleep(0.2)
 
 
 def hold_from(env: Mapping[str, str], store: Store, keys: ShardKeys) -> Hold | None:
     raw = env.get(ENV)
     if not raw or not raw.isdigit() or int(raw) < 1:
         return None
-    return Hold(store, keys.run_id, int(raw))
+    return Hold(store, keys.run_id, int(raw), env.get(RELEASE_ENV) or None)
