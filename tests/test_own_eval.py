@@ -89,9 +89,12 @@ def test_the_project_ships_as_at_home_less_what_gitignore_and_excludes_keep(tmp_
     archive.write_bytes(bundle.data)
     target = tmp_path / "node" / "bundle"
     target.mkdir(parents=True)
-    (target / "stale.txt").write_text("from the last start")
+    (target / "stale.txt").write_text("from another bundle")
     unpack(archive, target)
-    assert not (target / "stale.txt").exists()  # a fresh folder at every start
+    assert not (target / "stale.txt").exists()  # a fresh folder for a new bundle
+    (target / "eval" / "__pycache__").mkdir()
+    unpack(archive, target)  # the same bundle again (a restart): kept, with its bytecode
+    assert (target / "eval" / "__pycache__").is_dir()
     assert oct((target / "eval" / "run.sh").stat().st_mode & 0o777) == "0o755"
     assert (target / "eval" / "task.py").read_text() == "x = 1\n"
 

@@ -3,8 +3,10 @@
     python -m spoteval.bundle unpack ZIP DIR
 
 `DIR` is replaced as a whole: the archive is unpacked next to it (`DIR.new-PID`), then renamed into
-place, and the old folder removed, so a node never runs from a half-written or stale bundle (a
-restart after a preemption unpacks again). File modes come from the archive (0755 for executables,
+place, and the old folder removed, so a node never runs from a half-written or stale bundle. A
+folder already unpacked from the very same archive (`.bundle-sha256` in it names its hash) is kept
+as it is, with the bytecode Python compiled there: a restart after a preemption does not pay that
+again, and a new bundle is unpacked afresh. File modes come from the archive (0755 for executables,
 0644 otherwise). A member whose name would leave the folder (absolute, `..`) is refused.
 
 It runs from the archive itself (`PYTHONPATH=ZIP python -m spoteval.bundle unpack ZIP DIR`): a
@@ -13,6 +15,7 @@ node needs nothing but Python to get from the zip to the folder it then puts on 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -33,9 +36,27 @@ def _member_path(root: Path, name: str) -> Path:
     return root.joinpath(*pure.parts)
 
 
+STAMP = ".bundle-sha256"
+
+
+def _sha256(archive: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(archive, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
-    """Unpack `archive` into `dest` (replaced as a whole); returns `dest`."""
+    """Unpack `archive` into `dest` (replaced as a whole, unless unpacked from it already)."""
     target = Path(dest)
+    try:
+        sha = _sha256(archive)
+    except OSError as exc:
+        raise UnpackError(f"cannot read {archive}: {exc.strerror or exc}") from None
+    stamp = target / STAMP
+    if stamp.is_file() and stamp.read_text().strip() == sha:
+        return target
     staging = target.with_name(f"{target.name}.new-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -51,6 +72,7 @@ def unpack(archive: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pat
                     shutil.copyfileobj(src, out)
                 mode = (info.external_attr >> 16) & 0o777
                 os.chmod(path, 0o755 if mode & stat.S_IXUSR else 0o644)
+            (staging / STAMP).write_text(sha + "\n")
     except (OSError, zipfile.BadZipFile) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise UnpackError(f"cannot unpack {archive}: {exc}") from None
