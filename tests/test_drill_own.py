@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -128,30 +129,38 @@ def test_an_own_lm_eval_folder_stores_document_ids_and_resumes_mid_shard(tmp_pat
     _not_asked_again(home, record, LM_QUESTIONS)
 
 
+POOL_CASES: dict[str, tuple[str, str, str, Mapping[Any, str], Mapping[Any, bool]]] = {
+    "inspect": ("inspect/arith12.py@arith12", "12", "includes", INSPECT_QUESTIONS, INSPECT_RIGHT),
+    "lm-eval": ("lm@arith10", "10", "exact_match", LM_QUESTIONS, LM_RIGHT),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_a_shard_cut_on_one_node_resumes_on_another_node_from_the_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize("harness", sorted(POOL_CASES))
+def test_a_shard_cut_on_one_node_resumes_on_another_node_from_the_store(harness: str, tmp_path: Path) -> None:
+    task, size, metric, questions, right = POOL_CASES[harness]
     home = user_folder(tmp_path)
     out = tmp_path / "drill"
     done = drill(
-        home, out, "--harness", "inspect", "--task", "inspect/arith12.py@arith12", "--nodes", "2",
-        "--concurrency", "1", "--shard-size", "12", "--preempt-after-samples", "3",
-        "--lifetime-s", "100000", "--notice-s", "1", "--capacity-delay-s", "100000", "--timeout-s", "900",
+        home, out, "--harness", harness, "--task", task, "--nodes", "2", "--concurrency", "1",
+        "--shard-size", size, "--preempt-after-samples", "3",
+        "--lifetime-s", "100000", "--notice-s", "1", "--capacity-delay-s", "100000", "--timeout-s", "1000",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     log, record = _record(out)
     [result] = record.results.values()
     [taken] = [k["node"] for k in log["kills"]]  # the node that ran the shard when 3 were stored
     assert result.node in ("drill-node-1", "drill-node-2") and result.node != taken
-    assert (result.output["from_store"], result.output["ran"]) == (3, 9)
-    scores = {s["id"]: s["scores"]["includes"] for s in result.output["samples"]}
-    assert scores == {sid: float(right) for sid, right in INSPECT_RIGHT.items()}
+    assert (result.output["from_store"], result.output["ran"]) == (3, int(size) - 3)
+    scores = {s["id"]: s["scores"][metric] for s in result.output["samples"]}
+    assert scores == {sid: float(ok) for sid, ok in right.items()}
     by_pid: dict[str, set[str]] = {}
     for pid, question in asked(home):
         by_pid.setdefault(pid, set()).add(question)
-    resumed = [qs for qs in by_pid.values() if len(qs) == 9]
-    assert len(resumed) == 1  # node 2's server: the nine samples that were not in the store
-    assert len(set(INSPECT_QUESTIONS.values()) - resumed[0]) == 3
+    resumed = [qs for qs in by_pid.values() if len(qs) == int(size) - 3]
+    assert len(resumed) == 1  # the resuming node's server: the samples that were not in the store
+    assert len(set(questions.values()) - resumed[0]) == 3
 
 
 @pytest.mark.slow

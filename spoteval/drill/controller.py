@@ -12,7 +12,11 @@
   harness samples are in the store: the notice then, the kill `notice_s` later;
 - the operator (spoteval.operate, the same code that runs against a cloud) checks the node every half
   second: it waits for capacity with backoff, reads the price, checks the grant (spot never above the
-  on-demand price), starts the node again and records the start (`restart_after_preemption`).
+  on-demand price), starts the node again and records the start (`restart_after_preemption`). It runs
+  under the run's operator lease, as every operator does, and the drill writes `operator.json` into
+  its folder, so a second operator started by hand (`python -m spoteval.drill operator DIR`,
+  spoteval/drill/attach.py) only reads while the drill's holds the lease, and takes over if the drill
+  is killed.
 
 Just before each notice the controller freezes the node (SIGSTOP), lists the episodes in flight from
 the processes' command lines, delivers the notice and lets the node run on: the tests compare that
@@ -40,10 +44,12 @@ from typing import Any, Final
 
 from spoteval import loopback
 from spoteval.bundle.unpack import unpack
+from spoteval.drill.attach import DrillNode, DrillRun, write_operator_file
 from spoteval.drill.bundled import DrillBundle, prepare
 from spoteval.drill.config import (
+    DRILL_GRANT,
     NODE_PLACE,
-    ON_DEMAND_PRICE,
+    OPERATOR_TIMING,
     DrillConfig,
     DrillError,
     DrillResult,
@@ -54,27 +60,19 @@ from spoteval.drill.config import (
     node_id,
 )
 from spoteval.drill.display import Display
-from spoteval.drill.node import PACKAGE_ROOT
+from spoteval.drill.node import launch_node
 from spoteval.drill.plane import LocalPlane, local_outputs
 from spoteval.drill.procs import descendants, episodes_in, frozen, identifiable
-from spoteval.grant import Grant
 from spoteval.harness.hold import ENV as HOLD_ENV
 from spoteval.harness.hold import RELEASE_ENV
 from spoteval.loopback import LaunchError, free_port
 from spoteval.manifest import ManifestEntry, dump_manifest
-from spoteval.operate.decide import Timing
-from spoteval.operate.loop import Operator
+from spoteval.operate.lease import OperatorLease, holder_name
+from spoteval.operate.loop import Line, Operator
 from spoteval.record import Event, RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 _PREEMPTED_SEQ: Final = 900_000
-#: The drill's operator checks every half second and backs off from half a second to two when the
-#: node has no capacity (against a cloud: every 60 s, from 60 s to 15 minutes).
-OPERATOR_TIMING: Final = Timing(
-    interval_s=0.5, backoff_first_s=0.5, backoff_max_s=2.0, stop_timeout_s=30.0, done_grace_s=30.0
-)
-#: The drill's grant: its spot node never costs more than on-demand.
-DRILL_GRANT: Final = Grant(price_cap=ON_DEMAND_PRICE, currency="USD")
 
 
 def start_moto(out: Path) -> loopback.Server:
@@ -156,36 +154,13 @@ class Drill:
     # the provider ---------------------------------------------------------------------------
 
     def _launch(self, config: Path, incarnation: int, index: int = 1) -> subprocess.Popen[bytes]:
-        folder = node_dir(self.cfg, index)
-        logs = folder / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k not in (HOLD_ENV, RELEASE_ENV)}
+        hold: dict[str, str] = {}
         if self.cfg.preempt_after_samples is not None and incarnation == 1:
-            env[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # a first life's shards stop at N samples
-            env[RELEASE_ENV] = str(self._release_file(index))
+            hold[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # a first life's shards stop at N samples
+            hold[RELEASE_ENV] = str(self._release_file(index))
             self._release_file(index).unlink(missing_ok=True)
-        log = open(logs / f"node-{incarnation}.log", "wb")  # noqa: SIM115 - the child holds it
-        try:
-            return subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "spoteval.drill",
-                    "node",
-                    "--config",
-                    str(config),
-                    "--boot-file",
-                    str(folder / "boot.json"),
-                    "--bundle",
-                    str(self.bundle_zip),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**env, "PYTHONPATH": str(PACKAGE_ROOT)},
-            )
-        finally:
-            log.close()
+        folder = node_dir(self.cfg, index)
+        return launch_node(config, folder, f"node-{incarnation}.log", bundle=self.bundle_zip, extra_env=hold)
 
     def _release_file(self, index: int) -> Path:
         """Created when node `index` is not the one taken at N samples: its shards hold no more."""
@@ -288,6 +263,20 @@ class Drill:
             for i, c in enumerate(configs, start=1)
         ]
         members = [_Member(plane, i) for i, plane in enumerate(self.planes, start=1)]
+        nodes = zip(self.planes, configs, strict=True)
+        write_operator_file(
+            self.out,
+            DrillRun(
+                run_id,
+                store_url,
+                options,
+                cfg.lease_ttl_s,
+                tuple(
+                    DrillNode(p.node, c.resolve(), node_dir(cfg, i))
+                    for i, (p, c) in enumerate(nodes, start=1)
+                ),
+            ),
+        )
         operator = Operator(
             local_outputs(run_id, store_url, tuple(p.node for p in self.planes)),
             {p.node: p for p in self.planes},
@@ -295,6 +284,7 @@ class Drill:
             store,
             timing=OPERATOR_TIMING,
             start_timeout_s=30.0,
+            lease=OperatorLease(store, run_id, holder=holder_name("drill"), ttl_s=cfg.lease_ttl_s),
         )
         kills: list[Kill] = []
         exit_codes: list[int | None] = []
@@ -305,11 +295,13 @@ class Drill:
             target=self._operate, args=(operator, operating), name="operator", daemon=True
         )
         thread.start()
+        finished = False
         try:
             finished = self._loop(life, members, operator, kills, exit_codes)
         finally:
             operating.set()
             thread.join(timeout=60)
+            self._let_go(operator, finished=finished)
         result = DrillResult(
             config=cfg,
             run_id=run_id,
@@ -328,13 +320,26 @@ class Drill:
         (self.out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
         return result
 
+    def _let_go(self, operator: Operator, *, finished: bool) -> None:
+        """The drill's operator ends its turn: after a last check when every episode has its result
+        (the lease then says `finished`, and a later operator exits at once), else released."""
+        lines: list[Line] = []
+        try:
+            lines = operator.check_all() if finished else []
+        finally:
+            operator.let_go(lines)
+
     def _operate(self, operator: Operator, stop: threading.Event) -> None:
         """The operator's own loop (as it runs beside a cloud's nodes): a check every interval. Its
         starts show as the controller's `node start N` lines; what went wrong is logged as it is."""
+        reading = False
         while not stop.wait(OPERATOR_TIMING.interval_s):
             for line in operator.check_all():
                 if line.action in ("refused", "error"):
                     self._log(f"operator: {line.action}: {line.message}")
+            if operator.reading and not reading and operator.standing is not None:
+                self._log(f"operator: {operator.standing.line()}")  # another operator took the lease
+            reading = operator.reading
 
     def _loop(
         self,

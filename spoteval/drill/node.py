@@ -1,10 +1,13 @@
 """The drill node's startup path: what the startup script is on a real node.
 
 `python -m spoteval.drill node --config agent.json --boot-file F --bundle ZIP` notes the boot time in
-the agent's boot file, unpacks the agent bundle into a fresh folder beside it (`bundle/`, replaced
-at every start, as a VM's startup script does), starts the agent from there (`PYTHONPATH` is that
-folder only, the working folder the node's own) with the same config every time, and stays as the
-node's init. Without `--bundle` the agent runs from this checkout (tests of the startup path).
+the agent's boot file, unpacks the agent bundle into a fresh folder beside it (`bundle/`, as a VM's
+startup script does; kept when unpacked from the same archive), starts the agent from there
+(`PYTHONPATH` is that folder only, the working folder the node's own) with the same config every
+time, and stays as the node's init; it notes its own pid beside the boot file (`init.json`), so an
+operator started by hand (spoteval/drill/attach.py) finds the node. `launch_node` starts it, for
+the drill and that operator, with the drill's bundle (`agent-bundle.zip` in the drill's folder).
+Without `--bundle` the agent runs from this checkout (tests of the startup path).
 
 On Linux this process is a child subreaper, so an episode or model server orphaned by the agent
 stays inside the node and dies with it. Elsewhere such orphans may escape (the drill then kills what
@@ -20,7 +23,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -52,9 +55,8 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     # ignored at the OS level (a Python handler would be reset while this process shuts down)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     Path(args.boot_file).parent.mkdir(parents=True, exist_ok=True)
-    tmp = f"{args.boot_file}.tmp"
-    Path(tmp).write_text(json.dumps({"boot_time": format_time(boot), "source": "drill"}))
-    os.replace(tmp, args.boot_file)
+    _write(Path(args.boot_file), {"boot_time": format_time(boot), "source": "drill"})
+    _write(init_file(Path(args.boot_file)), {"pid": os.getpid(), "started": format_time(boot)})
     home = Path(args.boot_file).resolve().parent
     if args.bundle:
         from spoteval.bundle.unpack import unpack
@@ -82,6 +84,48 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     return 0 if code is None else (code if code >= 0 else 128 - code)
 
 
+def _write(path: Path, doc: dict[str, object]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)
+
+
+def init_file(boot_file: Path) -> Path:
+    """Where the node's init notes its pid: beside the boot file."""
+    return boot_file.with_name("init.json")
+
+
+def launch_node(
+    config: Path,
+    folder: Path,
+    log_name: str,
+    *,
+    bundle: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start the node's startup path in its own session, its output in `folder/logs/log_name`; the
+    node runs from `bundle` (default: the drill's `agent-bundle.zip` beside the node's folder)."""
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    bundle = bundle or folder.parent / "agent-bundle.zip"
+    argv = [sys.executable, "-m", "spoteval.drill", "node", "--config", str(config)]
+    argv += ["--boot-file", str(folder / "boot.json")]
+    if bundle.is_file():
+        argv += ["--bundle", str(bundle)]
+    env = {k: v for k, v in os.environ.items() if k not in (extra_env or {})}
+    log = open(logs / log_name, "wb")  # noqa: SIM115 - the child holds it
+    try:
+        return subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**env, **(extra_env or {}), "PYTHONPATH": pythonpath()},
+        )
+    finally:
+        log.close()
+
+
 def _default_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -89,15 +133,3 @@ def _default_sigterm() -> None:
 def pythonpath() -> str:
     parts = [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return os.pathsep.join(dict.fromkeys(parts))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m spoteval.drill node ...` (the node's startup path; the drill itself is scripts/drill.py)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] != "node":
-        print(
-            "python -m spoteval.drill: the only command is `node --config agent.json --boot-file FILE`",
-            file=sys.stderr,
-        )
-        return 2
-    return node_main(args[1:])
