@@ -101,8 +101,10 @@ def server_command(
     *,
     port: str = "{port}",
     extra: Mapping[str, str] | None = None,
+    launcher: Path = SERVE_SCRIPT,
 ) -> tuple[str, ...]:
-    """The argv that serves `model` on 127.0.0.1:`port` with its caches under `cache_dir`.
+    """The argv that serves `model` on 127.0.0.1:`port` with its caches under `cache_dir`, through
+    `launcher` (serve.py: this checkout's, or the copy in the bundle a drill's node unpacked).
 
     It starts with `env NAME=VALUE ...` (which execs the launcher: the server's process group is
     the agent's child's), so the agent's config shows where the caches are."""
@@ -111,7 +113,7 @@ def server_command(
         "env",
         *(f"{k}={v}" for k, v in sorted(variables.items())),
         str(env.python),
-        str(SERVE_SCRIPT),
+        str(launcher),
         str(model),
         "--host",
         "127.0.0.1",
