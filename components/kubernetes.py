@@ -34,6 +34,7 @@ from components.startup import (
 )
 from spoteval.agent import exits
 from spoteval.providers import K8S_FLAVOURS, K8sFlavour
+from spoteval.vllm.facts import CACHE_ENV
 
 CONFIG_DIR: Final = "/etc/spot-eval"
 CACHE_MOUNT: Final = "/cache"
@@ -313,7 +314,7 @@ class EvalWorkload(pulumi.ComponentResource):
                                 # the weights and vLLM's compile and model-inspection caches on the claim
                                 env=[
                                     core.v1.EnvVarArgs(name="HF_HOME", value=f"{CACHE_MOUNT}/huggingface"),
-                                    core.v1.EnvVarArgs(name="VLLM_CACHE_ROOT", value=f"{CACHE_MOUNT}/vllm"),
+                                    core.v1.EnvVarArgs(name=CACHE_ENV, value=f"{CACHE_MOUNT}/vllm"),
                                 ],
                                 resources=core.v1.ResourceRequirementsArgs(
                                     limits={"nvidia.com/gpu": str(s.node.gpu_count)},

@@ -38,6 +38,7 @@ from spoteval.drill import DrillConfig, run_drill
 from spoteval.report.load import load_run
 from spoteval.store import Store
 from spoteval.vllm import VllmMissing, find_env
+from spoteval.vllm.facts import CACHE_DIRS
 from tests.node_guard import NodeGuard
 from tests.own_eval_kit import INSPECT_IDS, WHEEL, build_wheel, user_folder
 from tests.servers import REPO
@@ -131,15 +132,17 @@ def test_drill_with_real_vllm_records_exactly_and_leaves_nothing(
         assert all(isinstance(v, float) and v >= 0 for v in phases.values())
         assert ready.details["server_log"]["reported"]["weights_s"] >= 0
 
-    # the second start found the first one's caches on the node's weights disk
+    # the second start found the first one's caches on the node's weights disk, where
+    # spoteval/vllm/facts.py says vLLM keeps them under VLLM_CACHE_ROOT
     cache = out / "node" / "cache" / "vllm"
-    [modelinfo] = (cache / "modelinfos").glob("*.json")
+    compiled, inspected = CACHE_DIRS
+    [modelinfo] = (cache / inspected).glob("*.json")
     second_start: datetime = starts[1].time
     assert datetime.fromtimestamp(modelinfo.stat().st_mtime, tz=second_start.tzinfo) < second_start
-    assert list((cache / "torch_compile_cache").rglob("model"))  # the compiled model, kept
+    assert list((cache / compiled).rglob("model"))  # the compiled model, kept
     log = (out / "node" / "work" / result.run_id / "server.log").read_text(errors="replace")
     second = log[log.rindex("Resolved architecture") :]
-    assert str(cache / "torch_compile_cache") in second  # looked for it there (vLLM 0.32 on CPU
+    assert str(cache / compiled) in second  # looked for it there (vLLM 0.32 on CPU
     # cannot load its own artifact back and compiles again: `server_log.compile_cache`)
     assert readies[1].details["server_log"]["compile_cache"] in ("loaded", "compiled")
 

@@ -27,7 +27,7 @@ from components.mocks import (
 )
 from components.runpod import CACHE_DIR as RUNPOD_CACHE
 from components.startup import CACHE_DIR, DOCKER_DROP_IN
-from spoteval.vllm.facts import IMAGE, LOAD_FORMATS, VERSION
+from spoteval.vllm.facts import CACHE_ENV, CONTAINER_CACHE, IMAGE, LOAD_FORMATS, VERSION
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 STACKS = {p.name[len("Pulumi.") : -len(".yaml")]: p for p in stack_files()}
@@ -74,8 +74,8 @@ def test_vm_server_keeps_vllm_and_hf_caches_on_the_weights_disk(stack: str) -> N
     assert argv[:2] == ["docker", "run"]
     image_at = argv.index(IMAGE)  # the pinned release, and docker's options before it
     options = argv[2:image_at]
-    assert f"--volume={CACHE_DIR}/vllm:/root/.cache/vllm" in options
-    assert "--env=VLLM_CACHE_ROOT=/root/.cache/vllm" in options
+    assert f"--volume={CACHE_DIR}/vllm:{CONTAINER_CACHE}" in options
+    assert f"--env={CACHE_ENV}={CONTAINER_CACHE}" in options
     assert f"--volume={CACHE_DIR}/huggingface:/root/.cache/huggingface" in options
     assert not any(a.startswith("--load-format") for a in argv)  # `auto` is vLLM's default: not passed
 
@@ -99,7 +99,7 @@ def test_kubernetes_server_keeps_its_caches_on_the_claim_and_pulls_only_when_abs
     assert container["image"] == IMAGE
     assert container["imagePullPolicy"] == "IfNotPresent"
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env == {"HF_HOME": f"{CACHE_MOUNT}/huggingface", "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm"}
+    assert env == {"HF_HOME": f"{CACHE_MOUNT}/huggingface", CACHE_ENV: f"{CACHE_MOUNT}/vllm"}
     [mount] = container["volumeMounts"]
     assert mount["mountPath"] == CACHE_MOUNT
     [claim] = [

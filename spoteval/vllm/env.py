@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from spoteval.vllm.facts import CACHE_ENV
+
 PACKAGE_DIR: Final = Path(__file__).resolve().parent
 PROJECT_ROOT: Final = PACKAGE_DIR.parent.parent
 ENV_VARIABLE: Final = "SPOTEVAL_VLLM_ENV"
@@ -89,7 +91,7 @@ def find_env(root: Path | str | None = None) -> VllmEnv:
 def server_environment(cache_dir: Path) -> dict[str, str]:
     """What the server keeps on the weights disk: vLLM's caches and the Hugging Face cache."""
     return {
-        "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
+        CACHE_ENV: str(cache_dir / "vllm"),
         "HF_HOME": str(cache_dir / "huggingface"),
     }
 
