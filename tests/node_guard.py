@@ -30,14 +30,17 @@ from typing import Final
 from spoteval.agent.procgroup import marked, shm_held
 from tests.servers import REPO
 
-#: the watchdog: wait for EOF on stdin, then kill what is marked with argv[1], with its process
-#: group unless that is pytest's (argv[2]: a short command the drill ran itself)
+#: the watchdog: wait for EOF on stdin, then kill what is marked with the folder argv[1] names (in
+#: hex: its own command line must not hold the folder, or every check for what is left of the
+#: nodes would find the watchdog), with its process group unless that is pytest's (argv[2]: a short
+#: command the drill ran itself)
 _WATCHDOG: Final = """
 import os, signal, sys
 from spoteval.agent.procgroup import marked
+marker = bytes.fromhex(sys.argv[1]).decode()
 sys.stdin.buffer.read()
 for _ in range(3):
-    pids = marked(sys.argv[1])
+    pids = marked(marker)
     if not pids:
         break
     for pid in pids:
@@ -68,7 +71,7 @@ class NodeGuard:
     @contextlib.contextmanager
     def active(self) -> Iterator[NodeGuard]:
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, self.marker, str(os.getpgrp())],
+            [sys.executable, "-c", _WATCHDOG, self.marker.encode().hex(), str(os.getpgrp())],
             stdin=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             start_new_session=True,  # a Ctrl-C to pytest's terminal does not reach it
