@@ -72,6 +72,48 @@ def _fake_vllm_env(root: Path) -> VllmEnv:
     return env
 
 
+def _vllm_argv(env: VllmEnv, home: Path, node: Path, port: int) -> list[str]:
+    """The server command a drill's node `node` runs vLLM with: in the drill's folder `home`, the
+    vLLM environment's Python, the launcher from the node's unpacked bundle, the caches on its disk."""
+    return [
+        "/bin/sh", "-c", 'cd "$0" && exec "$@"', str(home.resolve()),
+        "env", f"HF_HOME={node}/cache/huggingface", f"VLLM_CACHE_ROOT={node}/cache/vllm",
+        str(env.python), str(node / "bundle" / LAUNCHER), str(env.model_dir()),
+        "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny-llama", "standin",
+        *SERVER_ARGS,
+    ]  # fmt: skip
+
+
+def test_vllm_with_an_own_lm_eval_folder_on_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--server vllm --harness lm-eval --task lm@arith10` (a user's own lm-eval folder outside the
+    project), one node: the task as the bundle holds it, the model the server answers to, vLLM run
+    through the bundle's launcher with the node's caches; nothing written."""
+    env = _fake_vllm_env(tmp_path / "venv-vllm")
+    monkeypatch.setenv("SPOTEVAL_VLLM_ENV", str(env.root))
+    home = user_folder(tmp_path)
+    monkeypatch.chdir(home)
+    out = tmp_path / "drill"
+    argv = ["--server", "vllm", "--harness", "lm-eval", "--task", "lm@arith10", "--out", str(out)]
+    cfg = drill_cli.config_from(drill_cli._parser().parse_args(argv))
+    cfg.check()
+    prepared = prepare(cfg)
+    assert {LAUNCHER, "eval/arith10.yaml", "eval/arith10.jsonl"} <= set(prepared.bundle.files)
+    assert [e.params["samples"] for e in prepared.entries] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    command = list(prepared.command)
+    assert command[command.index("--task") + 1] == "eval@arith10"
+    assert command[command.index("--model") + 1] == "standin"
+    config = agent_config(
+        cfg, "r", "file:///store", {}, 8100,
+        episodes_command=prepared.command, eval_env=prepared.eval_env, home=prepared.base,
+    )  # fmt: skip
+    node = out.resolve() / "node"
+    assert config["server"]["command"] == _vllm_argv(env, home, node, 8100)
+    assert config["episodes"]["command"] == command
+    assert config["eval_env"] == {"workdir": "eval", "venvs_dir": f"{node}/cache/venvs"}
+    assert "pool" not in config
+    assert not out.exists()
+
+
 def test_vllm_with_an_own_task_in_a_pool_runs_the_bundles_launcher_from_the_drills_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,13 +146,7 @@ def test_vllm_with_an_own_task_in_a_pool_runs_the_bundles_launcher_from_the_dril
             episodes_command=prepared.command, eval_env=prepared.eval_env, home=prepared.base,
         )  # fmt: skip
         node = out.resolve() / f"node-{index}"
-        assert config["server"]["command"] == [
-            "/bin/sh", "-c", 'cd "$0" && exec "$@"', str(home.resolve()),
-            "env", f"HF_HOME={node}/cache/huggingface", f"VLLM_CACHE_ROOT={node}/cache/vllm",
-            str(env.python), str(node / "bundle" / LAUNCHER), str(env.model_dir()),
-            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny-llama", "standin",
-            *SERVER_ARGS,
-        ]  # fmt: skip
+        assert config["server"]["command"] == _vllm_argv(env, home, node, port)
         assert config["server"]["ready_timeout_s"] == VLLM_READY_TIMEOUT_S
         assert config["episodes"]["command"] == command
         assert config["eval_env"] == {"workdir": "eval", "venvs_dir": f"{node}/cache/venvs"}
