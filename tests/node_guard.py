@@ -2,16 +2,23 @@
 
 The drill starts each node in a session of its own (as a machine of its own), so neither Ctrl-C nor
 a SIGTERM to pytest reaches it: a pytest stopped mid-test would leave the node's agent and its
-model server (vLLM's engine and worker, about 2 GB) running. `NodeGuard(folder)` ends them:
+model server (vLLM's engine and worker, about 2 GB) running. `NodeGuard(folder)` ends them.
 
-- a watchdog process, in a session of its own, reads a pipe whose only writer is pytest; when the
-  pipe closes (the guard ends, or pytest exits in any way, SIGKILL included) it SIGKILLs every
-  process marked with the drill's folder (in its command line or environment: the node's init, the
-  agent, its episodes and server; spoteval/agent/procgroup.py `marked`) and their process groups;
+"The node's processes" are those marked with the drill's folder (in their command line or
+environment: the node's init, the agent, its episodes; spoteval/agent/procgroup.py `marked`) and,
+noted every second while the guard is active, all their descendants: vLLM's engine core and worker
+rename themselves (setproctitle), which overwrites the command line and the environment /proc
+shows, so no mark is left on them, and an orphan is no one's descendant any more. Each is noted by
+pid and start time (spoteval/drill/procs.py `started`), so a pid the machine reuses later for
+another process is never taken for one of them.
+
+- a watchdog process, in a session of its own, reads a pipe whose only writer is pytest (the
+  processes noted, a line each); when the pipe closes (the guard ends, or pytest exits in any way,
+  SIGKILL included) it SIGKILLs those processes and the marked ones, with their process groups;
 - while the guard is active, SIGTERM to pytest raises KeyboardInterrupt, so that the drill's own
   `finally` (it stops its nodes) and the fixtures' teardown run;
-- every second it notes the `/dev/shm` segments those processes hold (`seen`): what "the shared
-  memory of ours" is, whatever its name, for the check that none of it is left.
+- `seen`: the `/dev/shm` segments the node's processes held (what "the shared memory of ours" is,
+  whatever its name); `left()`: which of its processes are still alive.
 """
 
 from __future__ import annotations
@@ -28,19 +35,21 @@ from types import FrameType
 from typing import Final
 
 from spoteval.agent.procgroup import marked, shm_held
+from spoteval.drill.procs import descendants, processes, started
 from tests.servers import REPO
 
-#: the watchdog: wait for EOF on stdin, then kill what is marked with the folder argv[1] names (in
-#: hex: its own command line must not hold the folder, or every check for what is left of the
-#: nodes would find the watchdog), with its process group unless that is pytest's (argv[2]: a short
-#: command the drill ran itself)
+#: the watchdog: read the noted processes ("pid start" lines) to EOF, then kill them and what is
+#: marked with the folder argv[1] names (in hex: its own command line must not hold the folder, or
+#: every check for what is left of the nodes would find the watchdog), each with its process group
+#: unless that is pytest's (argv[2]: a short command the drill ran itself)
 _WATCHDOG: Final = """
 import os, signal, sys
 from spoteval.agent.procgroup import marked
+from spoteval.drill.procs import started
 marker = bytes.fromhex(sys.argv[1]).decode()
-sys.stdin.buffer.read()
+noted = {tuple(map(int, line.split())) for line in sys.stdin if line.strip()}
 for _ in range(3):
-    pids = marked(marker)
+    pids = set(marked(marker)) | {pid for pid, start in noted if started(pid) == start}
     if not pids:
         break
     for pid in pids:
@@ -59,14 +68,34 @@ class NodeGuard:
     def __init__(self, folder: Path) -> None:
         self.marker = str(folder.resolve())
         self.seen: set[str] = set()
+        self.noted: set[tuple[int, int]] = set()  # (pid, start time) of every process of the nodes
         self._stop = threading.Event()
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(target=self._note, name="node-guard", daemon=True)
 
+    def _ours(self) -> set[int]:
+        """The marked processes and their descendants, now."""
+        roots = marked(self.marker)
+        table = processes()
+        return set(roots) | {p.pid for root in roots for p in descendants(root, table)}
+
     def _note(self) -> None:
         while not self._stop.wait(NOTE_EVERY_S):
             with contextlib.suppress(OSError, ValueError):
-                self.seen |= shm_held(marked(self.marker))
+                ours = self._ours()
+                for pid in ours:
+                    start = started(pid)
+                    if start is not None and (pid, start) not in self.noted:
+                        self.noted.add((pid, start))
+                        assert self._watchdog is not None and self._watchdog.stdin is not None
+                        self._watchdog.stdin.write(f"{pid} {start}\n".encode())
+                        self._watchdog.stdin.flush()
+                self.seen |= shm_held(ours)
+
+    def left(self) -> list[int]:
+        """The node's processes still alive: marked, or noted while the guard was active."""
+        noted = {pid for pid, start in self.noted if started(pid) == start}
+        return sorted((set(marked(self.marker)) | noted) - {os.getpid()})
 
     @contextlib.contextmanager
     def active(self) -> Iterator[NodeGuard]:

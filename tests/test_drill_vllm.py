@@ -9,8 +9,9 @@
    same server (`--server vllm --task`): both shards complete, every sample asked once, the server
    run through the launcher of the node's unpacked bundle. One start.
 
-After each: no process of the drill's nodes, and none of the shared memory they held (noted every
-second while they ran: tests/node_guard.py), is left. The guard also ends the nodes when pytest is
+After each: no process of the drill's nodes (marked with the drill's folder, or noted as their
+descendants while they ran: vLLM's renamed engine and worker), and none of the shared memory they
+held, is left (tests/node_guard.py). The guard also ends the nodes when pytest is
 interrupted or killed (they run in sessions of their own, as machines of their own).
 
 `make test` builds the vLLM environment (`make vllm`) before pytest runs, so in CI these tests never
@@ -70,6 +71,7 @@ def guard(tmp_path: Path) -> Iterator[NodeGuard]:
 def _nothing_left(out: Path, guard: NodeGuard) -> None:
     """No process of the drill's nodes, and none of the shared memory they held (whatever its name:
     vLLM's psm_* segments, multiprocessing's semaphores), is left."""
+    assert guard.left() == []
     assert marked(str(out)) == []
     assert any("/psm_" in p for p in guard.seen)  # vLLM's own segments were seen while it served
     assert sorted(p for p in guard.seen if os.path.exists(p)) == []

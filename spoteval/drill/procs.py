@@ -52,6 +52,17 @@ def processes() -> list[Proc]:
     return out
 
 
+def started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks after boot, /proc), or None if it is gone or a
+    zombie: with its pid, what tells a process from a later one that reuses the number."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (the state) on
+    return None if fields[0] == "Z" else int(fields[19])  # field 22: starttime
+
+
 def descendants(root: int, table: Sequence[Proc] | None = None) -> list[Proc]:
     """The processes below `root` (children, their children, ...)."""
     table = processes() if table is None else table
