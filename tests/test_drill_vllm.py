@@ -16,8 +16,8 @@ interrupted or killed (they run in sessions of their own, as machines of their o
 
 `make test` builds the vLLM environment (`make vllm`) before pytest runs, so in CI these tests never
 skip (with CI set, a missing environment fails them). Marked `vllm`: a loaded pass of the
-timing-sensitive tests leaves them out (`-m "not vllm"`). About 12 and 6 minutes on 2 shared cores
-at load 20-30.
+timing-sensitive tests leaves them out (`-m "not vllm"`). About 7 and 4.5 minutes on 2 shared
+cores at load 14-19 (README: Development, for CI's budget).
 """
 
 from __future__ import annotations
