@@ -13,7 +13,8 @@ probability of meeting the deadline and the cost spread of every strategy. `--tr
 lifetimes and capacity waits of a spot trace in the simulation and estimates tau from it.
 
 Exit codes: 0 a decision was made, 3 the decision is `none` (no option is eligible), 2 bad input
-(one line on stderr: `error: <key or file>: <problem>`).
+(one line on stderr: `error: <key or file>: <problem>`); with `--offers` also 4: no offer could be
+priced (spoteval.offers.command).
 
 Extension point: `INPUT_HOOKS` refine the raw workload before it is parsed (for example, numbers
 measured in a run record replacing the configured ones); each hook adds its own options.
@@ -22,7 +23,6 @@ measured in a run record replacing the configured ones); each hook adds its own 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -38,8 +38,8 @@ from spoteval.placement import (
     WAIT_MODELS,
     LoadedWorkload,
     PlacementError,
-    parse_workload,
 )
+from spoteval.placement.inputs import check_given
 from spoteval.placement.render import plot, render_report
 from spoteval.store import Store, StoreError
 
@@ -53,33 +53,49 @@ class InputHook(Protocol):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 
-    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload) -> LoadedWorkload: ...
+    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload | None) -> LoadedWorkload | None: ...
 
 
 class FromRun:
-    """`--from-run ID --store URL`: the numbers a run record measured (spoteval.report.workload_from_run)
-    replace the loaded workload's; it keeps what a record cannot know (prices, deadline, grant)."""
+    """`--from-run ID --store URL`: the numbers a run record measured replace the loaded workload's,
+    read as the run report reads them (spoteval.report.next_run: one reading of a run). The loaded
+    workload (a file, a stack's block) gives what a record cannot know (prices, deadline, grant)
+    and what the run did not measure; with neither, the record alone, never the built-in example."""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("numbers measured in a run record")
-        group.add_argument("--from-run", metavar="RUN_ID", help="use the numbers this run measured")
+        group.add_argument(
+            "--from-run",
+            metavar="RUN_ID",
+            help="use the numbers this run measured (episode lengths, concurrency, tau, W, B, the spot "
+            "price); the workload file or --stack gives the rest",
+        )
         group.add_argument(
             "--store", metavar="URL", help="the store holding the run record (with --from-run)"
         )
 
-    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload) -> LoadedWorkload:
+    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload | None) -> LoadedWorkload | None:
         run_id = getattr(args, "from_run", None)
-        if not run_id:
-            return loaded
         url = getattr(args, "store", None)
+        if not run_id:
+            if url:
+                raise PlacementError("--store", "is the store of --from-run RUN_ID: give --from-run with it")
+            return loaded
         if not url:
             raise PlacementError("--from-run", "needs --store URL, the store that holds the run record")
+        if loaded is not None:
+            check_given(loaded.raw, loaded.where)
         try:
-            raw = report.measured_workload(Store(url), run_id, loaded.raw)
+            nxt = report.read_next_run(Store(url), run_id, report.Base.of(loaded))
         except (StoreError, report.ReportError) as exc:
             raise PlacementError("--from-run", str(exc)) from None
-        source = f"{loaded.source}, with the numbers measured in run {run_id}"
-        return dataclasses.replace(loaded, raw=raw, source=source)
+        if nxt.missing:
+            given = ", ".join(f"{key} ({why})" for key, why in nxt.missing)
+            raise PlacementError(
+                "--from-run",
+                f"run {run_id} did not measure {given}: give it in a WORKLOAD file or --stack NAME",
+            )
+        return nxt.loaded()
 
 
 #: Hooks applied in order after the workload is loaded (file, stack or example) and before parsing.
@@ -87,7 +103,11 @@ INPUT_HOOKS: list[InputHook] = [FromRun()]
 
 
 def load_workload(args: argparse.Namespace) -> LoadedWorkload:
-    """The workload the command line names (file, stack, or the built-in example), after the hooks."""
+    """The workload the command line names (file, stack, or the built-in example), after the hooks.
+
+    With a hook that reads a run (`--from-run`) and neither a file nor a stack, the hook starts from
+    nothing: the run's own numbers, never the built-in example's."""
+    loaded: LoadedWorkload | None
     if args.workload is not None:
         loaded = placement.load_workload_file(Path(args.workload))
     elif args.stack is not None:
@@ -95,10 +115,10 @@ def load_workload(args: argparse.Namespace) -> LoadedWorkload:
             raise PlacementError("--stack", "one stack names the workload (several only with --offers)")
         loaded = placement.load_stack_workload(args.stack[0], Path(args.stacks_dir))
     else:
-        loaded = placement.example_workload()
+        loaded = None if getattr(args, "from_run", None) else placement.example_workload()
     for hook in INPUT_HOOKS:
         loaded = hook.apply(args, loaded)
-    return loaded
+    return loaded if loaded is not None else placement.example_workload()
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -125,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m scripts.placement",
         description="Decide where to run an evaluation workload: spot, on-demand or non-preemptible.",
-        epilog="Exit codes: 0 decision made, 3 decision 'none', 2 bad input.",
+        epilog="Exit codes: 0 a decision was made (--offers: an offer is eligible), 3 the decision is 'none' "
+        "(--offers: no offer fits the grant), 4 (--offers) no offer could be priced, 2 bad input.",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("workload", nargs="?", help="workload YAML file (default: the built-in example)")
@@ -139,11 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--stacks-dir",
         default=str(DEFAULT_STACKS_DIR),
         metavar="DIR",
-        help="where the stack files are (default: %(default)s)",
+        help="where the stack files are (default: the repository's stacks/)",
     )
-    parser.add_argument("--json", action="store_true", help="print the decision as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="write expected cost against tau to a PNG file")
-    parser.add_argument("--trace", metavar="FILE", help="replay lifetimes and capacity waits of a spot trace")
+    parser.add_argument("--json", action="store_true", help="print the decision as one JSON document")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write expected cost against tau to a PNG file (with --offers: cost against wall time "
+        "per offer)",
+    )
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="replay the lifetimes and capacity waits of a spot trace in the simulation, and estimate tau "
+        "from it (with --offers: --offer-trace)",
+    )
     parser.add_argument(
         "--runs", type=_positive_int, default=DEFAULT_RUNS, help="simulated runs (default: %(default)s)"
     )
@@ -163,15 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.offers:
         return offers.run(args, Path(args.stacks_dir))
+    offers.refuse_offer_options(args)
     loaded = load_workload(args)
-    workload = parse_workload(loaded.raw, where=loaded.where)
+    workload = loaded.parse()
     d = placement.decide(workload, runs=args.runs, seed=args.seed, trace=args.trace, waits=args.waits)
     if args.plot:
         plot(Path(args.plot), d.placement, d.inputs)
     if args.json:
         print(json.dumps(d.document(), indent=2, allow_nan=False))
     else:
-        render_report(d.placement, d.simulation, d.inputs, d.warnings, loaded.source)
+        render_report(d.placement, d.simulation, d.inputs, d.warnings, loaded.source, labels=loaded.labels)
         if args.plot:
             print(f"plot written to {args.plot}")
     return EXIT_NONE if d.placement.decision == "none" else EXIT_OK

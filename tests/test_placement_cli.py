@@ -89,20 +89,20 @@ def test_report_states_every_input_option_and_the_decision(capsys: pytest.Captur
         "tau = 6 h",
         "wait W = 30 min",
         "boot B = 9 min",
-        "spot 1.20, on_demand 3.40, non_preemptible 2.10",
+        "spot 1.2, on_demand 3.4, non_preemptible 2.1",
         "24 h, met with probability >= 0.9",
         "10%",
-        "price_cap 2.00, budget 500.00",
-        "15.64",  # spot's expected cost
-        "43.01",  # on-demand's
-        "26.57",  # non-preemptible's
+        "price_cap 2, budget 500",
+        "15.6",  # spot's expected cost
+        "43.0",  # on-demand's (a table column keeps its zeros)
+        "26.6",  # non-preemptible's
         "95.9%",  # spot's efficiency
         "spot_safety_net",
         "Break-even",
-        "tau = 0.0771 h",
+        "tau = 4.63 min",  # 0.0771 h, in the unit that fits
         "Decision: spot",
         "spot is the only eligible option",
-        "non_preemptible is not eligible: its price 2.10 per node-hour is above the grant's price_cap 2.00.",
+        "non_preemptible is not eligible: its price 2.1 per node-hour is above the grant's price_cap 2.",
     ):
         assert text in out, text
     assert "\x1b[" not in out  # no terminal codes when not on a terminal
@@ -166,7 +166,7 @@ def test_stack_workload_block_is_used(capsys: pytest.CaptureFixture[str], tmp_pa
 
 def test_stack_errors_name_the_key_in_the_stack(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     stacks = tmp_path / "stacks"
-    workload = {**EXAMPLE_WORKLOAD, "restart": {"wait_minutes": 30, "boot_minutes": -1}}
+    workload = {**EXAMPLE_WORKLOAD, "restart": {"wait_minutes": 30, "boot_minutes": -1}, "grant": None}
     write_stack(stacks, "bad", {"spot-eval:workload": workload})
     assert cli.main(["--stack", "bad", "--stacks-dir", str(stacks)]) == 2
     err = capsys.readouterr().err
@@ -179,7 +179,9 @@ def test_missing_stack_and_stack_without_workload_are_bad_input(
     stacks = tmp_path / "stacks"
     write_stack(stacks, "bare", {"aws:region": "us-east-1"})
     assert cli.main(["--stack", "absent", "--stacks-dir", str(stacks)]) == 2
-    assert "stack 'absent' not found" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"error: stack 'absent': no {stacks / 'Pulumi.absent.yaml'} (stacks: bare)\n"
+    )
     assert cli.main(["--stack", "bare", "--stacks-dir", str(stacks)]) == 2
     err = capsys.readouterr().err
     assert "config.spot-eval:workload: missing" in err
@@ -239,8 +241,9 @@ def test_bad_workload_exits_2_naming_the_key(
     [
         ("episodes: [2000\nconcurrency: 32\n", "malformed YAML at line 2 column 12"),
         ("episodes: 2000\n  concurrency: 32\n", "malformed YAML at line 2 column 14"),
-        ("- 2000\n- 32\n", "a workload must be a mapping of keys, got list"),
-        ("", "a workload must be a mapping of keys, got NoneType"),
+        ("- 2000\n- 32\n", "the workload file must be a mapping of keys, not a list"),
+        ("", "the workload file is empty (it must be a mapping of keys)"),
+        ("# only a comment\n", "the workload file is empty (it must be a mapping of keys)"),
     ],
 )
 def test_malformed_workload_file_exits_2(

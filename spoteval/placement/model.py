@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from spoteval import figures
 from spoteval.placement.workload import OPTIONS, Workload
 
 # Bisection range for the break-even lifetime, in hours (about 4 seconds to 100 million years).
@@ -211,16 +212,13 @@ def _finite(value: float) -> float | None:
 
 
 def money(value: float) -> str:
-    """A cost or price for reading: two decimals, or 'unbounded'."""
-    # round first so that float noise (26.774999... vs 26.775000...) does not print two values
-    return f"{round(value, 6):,.2f}" if math.isfinite(value) else "unbounded"
+    """A cost or price for reading: three significant digits (spoteval.figures), or 'unbounded'."""
+    return figures.money(value)
 
 
 def hours(value: float) -> str:
-    """A duration in hours for reading: three significant digits."""
-    if not math.isfinite(value):
-        return "unbounded"
-    return f"{value:.3g} h" if value < 1000 else f"{value:,.0f} h"
+    """A duration given in hours for reading, in the unit that fits it (spoteval.figures)."""
+    return figures.hours(value)
 
 
 #: An option whose expected wall time passes this (over a century) is never eligible, deadline or not.
@@ -236,12 +234,13 @@ def _why_not(
     p_deadline: float | None,
     runs: int | None,
 ) -> list[str]:
-    problems: list[str] = []
+    left_out = workload.why_left_out(name)
+    problems: list[str] = [f"left out: {left_out}"] if left_out is not None else []
     grant = workload.grant
     deadline = workload.deadline_hours
     if not math.isfinite(estimate.wall_hours) or estimate.wall_hours > NEVER_FINISHES_HOURS:
         problems.append(
-            f"it would practically never finish (expected wall time {estimate.wall_hours:.3g} h): "
+            f"it would practically never finish (expected wall time {hours(estimate.wall_hours)}): "
             "the lifetime is far shorter than an episode plus a boot"
         )
     if deadline is not None:
@@ -374,7 +373,10 @@ def _decide(
     for name, option in options.items():
         if name == decision:
             continue
-        if not option.eligible:
+        left_out = workload.why_left_out(name)
+        if left_out is not None:
+            reasons.append(f"{name} is left out: {left_out}.")
+        elif not option.eligible:
             reasons.append(f"{name} is not eligible: {option.why_not}.")
         elif chosen is not None and name != "spot":
             reasons.append(
@@ -399,20 +401,26 @@ def _bisect_log(f: Callable[[float], float], low: float, high: float) -> float:
 
 
 def nodes_for_deadline(workload: Workload) -> int | None:
-    """For a pool with a deadline: the fewest nodes k whose spot pool's expected wall time (closed
-    form, wall(k) = wall(1) / k) is within the deadline; None for a single node or no deadline."""
-    if workload.nodes == 1 or workload.deadline_hours is None:
+    """With a deadline: the fewest nodes k whose spot pool's expected wall time (closed form,
+    wall(k) = wall(1) / k) is within it: for a pool, and for one node that misses it; None without
+    a deadline, when spot is left out, or when one node (asked for one) meets it."""
+    if workload.deadline_hours is None or workload.why_left_out("spot") is not None:
         return None
     one = closed_form(replace(workload, nodes=1))["spot"].wall_hours
     if not math.isfinite(one):
         return None
-    return max(1, math.ceil(one / workload.deadline_hours - 1e-9))
+    needed = max(1, math.ceil(one / workload.deadline_hours - 1e-9))
+    # one node that meets the deadline needs no hint; one that misses it is told how many would not
+    return None if workload.nodes == 1 and needed == 1 else needed
 
 
 def break_even(workload: Workload, options: Mapping[str, OptionResult]) -> BreakEven:
     """The lifetime and the price ratio at which the cost comparison flips (see `BreakEven`)."""
     spot = options["spot"]
     grant = workload.grant
+    left_out = workload.why_left_out("spot")
+    if left_out is not None:
+        return BreakEven(None, None, None, None, f"none: spot is left out ({left_out}).")
     if grant.price_cap is not None and spot.price > grant.price_cap:
         return BreakEven(None, None, None, None, "spot's price is above the price cap at any lifetime.")
     other = _cheapest_other(options)

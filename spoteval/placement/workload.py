@@ -127,6 +127,13 @@ class Workload:
     concurrency_per: str = "node"
     #: k nodes sharing one queue of episodes, each preempted independently, each with its own boot
     nodes: int = 1
+    #: (option, why) for each option the stack cannot declare: never eligible, the reason given
+    #: (spoteval.placement.inputs: a market the stack's provider refuses)
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    def why_left_out(self, option: str) -> str | None:
+        """Why `option` is left out of the decision (None: it is considered)."""
+        return dict(self.left_out).get(option)
 
     @property
     def rounds(self) -> float:
@@ -164,6 +171,7 @@ class Workload:
             "spot_margin": self.spot_margin,
             "grant": self.grant.to_json(),
             **({"nodes": self.nodes} if self.nodes > 1 else {}),
+            **({"left_out": dict(self.left_out)} if self.left_out else {}),
         }
 
 
