@@ -113,7 +113,7 @@ def test_offers_rank_by_the_closed_form_with_c_per_gpu_and_spot_weighed_by_the_m
     assert ranking.offers[2].option is not None and ranking.offers[0].option is not None
     assert ranking.offers[2].option.wall_hours == pytest.approx(ranking.offers[0].option.wall_hours / 4)
     last = ranking.offers[-1]
-    assert last.why_not == "its price 4.60 per node-hour is above the grant's price_cap 2.00"
+    assert last.why_not == "its price 4.6 per node-hour is above the grant's price_cap 2"
 
 
 def test_the_workload_states_concurrency_per_gpu() -> None:

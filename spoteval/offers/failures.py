@@ -104,5 +104,12 @@ def explain(provider: str, market: str, text: str) -> str:
     if not fixes:
         fixes = [f"the credentials: {api.credentials}"] if api.credentials else []
         fixes += [f"the endpoint: {api.endpoint}"] if api.endpoint else []
+    fixes = [f for f in fixes if not _already_named(f, detail)]
     fix = f"; check {' and '.join(fixes)}" if fixes else ""
     return f"{api.name} failed: {detail}{fix}"
+
+
+def _already_named(fix: str, detail: str) -> bool:
+    """The answer itself names the setting the fix would (`... needs an API key (SPOTEVAL_...)`)."""
+    names = re.findall(r"\b[A-Z][A-Z0-9_]{3,}\b", fix)
+    return bool(names) and all(name in detail for name in names)
