@@ -443,7 +443,7 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
 
     workload_raw = raw.get("workload") or None
     workload = (
-        parse_workload_block(workload_raw, node.market, node.gpu_count, ev.concurrency, grant)
+        parse_workload_block(workload_raw, provider, node.market, node.gpu_count, ev.concurrency, grant)
         if workload_raw is not None
         else None
     )

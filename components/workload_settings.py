@@ -19,21 +19,26 @@ if TYPE_CHECKING:
 
 
 def parse_workload_block(
-    raw: Mapping[str, Any], market: str, gpu_count: int, concurrency: int, grant: Grant
+    raw: Mapping[str, Any], provider: str, market: str, gpu_count: int, concurrency: int, grant: Grant
 ) -> Workload:
     """Validate the placement's block with the placement's own parser, then what ties it to this
     stack: its concurrency is the eval's (`concurrency`, per GPU x `gpu_count` with
     `concurrency_per: gpu`), its price on the node's `market` is within the grant's cap.
 
     A stack has one grant: the block inherits `grant` and may not carry its own (the placement's
-    own refusal, spoteval.placement.inputs.SECOND_GRANT)."""
+    own refusal, spoteval.placement.inputs.SECOND_GRANT), and leaves out the options the stack
+    cannot declare (`Workload.left_out`), as the placement over the stack does."""
     from spoteval.placement import PlacementError, parse_workload
-    from spoteval.placement.inputs import SECOND_GRANT
+    from spoteval.placement.inputs import SECOND_GRANT, stack_left_out
 
     if raw.get("grant") is not None:
         raise SettingsError("workload.grant", SECOND_GRANT)
     try:
-        workload = replace(parse_workload(raw, where="workload"), grant=grant)
+        workload = replace(
+            parse_workload(raw, where="workload"),
+            grant=grant,
+            left_out=tuple(stack_left_out({"provider": provider}, raw).items()),
+        )
     except PlacementError as exc:
         raise SettingsError(exc.key, exc.problem) from None
     per_gpu = workload.concurrency_per == "gpu"

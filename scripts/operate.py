@@ -49,28 +49,103 @@ def _positive(value: str) -> float:
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m scripts.operate",
-        description="Restart preempted nodes within the grant; stop them when the run is done.",
+        description="Restart preempted nodes within the grant; stop them when the run is done. `status` "
+        "says what each node is doing and starts nothing.",
+        epilog="Exit codes: 0 checked (or answered), 1 the grant refuses a start only a wider grant allows, "
+        "2 bad input (one line, nothing started), 130 interrupted.",
     )
-    p.add_argument("command", nargs="?", choices=("run", "status"), default="run")
+    p.add_argument(
+        "command",
+        nargs="?",
+        choices=("run", "status"),
+        default="run",
+        help="run: check and act until the run is done (or once, with --once); status: what each node is "
+        "doing, nothing started (default: %(default)s)",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
-        "--stack", metavar="NAME", help="read `pulumi stack output --json` and the stack's grant"
+        "--stack",
+        metavar="NAME",
+        help="the deployed stack: its outputs from `pulumi stack output --json`, its grant, provider block "
+        "and workload price from stacks/Pulumi.NAME.yaml",
     )
-    src.add_argument("--outputs", metavar="FILE.json", help="the stack's outputs, as pulumi prints them")
-    p.add_argument("--grant", metavar="FILE", help="a grant (YAML or JSON); overrides the stack's")
-    p.add_argument("--stacks-dir", default="stacks", help="where Pulumi.NAME.yaml is (default: stacks)")
-    p.add_argument("--once", action="store_true", help="check every node once, then exit (cron)")
-    p.add_argument("--interval", type=_positive, default=60.0, metavar="S", help="seconds between checks")
+    src.add_argument(
+        "--outputs",
+        metavar="FILE.json",
+        help="the stack's outputs saved as JSON (pulumi stack output --json > FILE.json); then no grant "
+        "unless --grant",
+    )
     p.add_argument(
-        "--backoff", type=_positive, default=60.0, metavar="S", help="first wait after no capacity"
+        "--grant", metavar="FILE", help="a grant (YAML or JSON), instead of the stack's spot-eval:grant"
     )
-    p.add_argument("--backoff-max", type=_positive, default=900.0, metavar="S", help="longest capacity wait")
-    p.add_argument("--price", type=_positive, metavar="PER_HOUR", help="the price where no API gives one")
-    p.add_argument("--poll", type=_positive, default=5.0, metavar="S", help="seconds between state reads")
-    p.add_argument("--start-timeout", type=_positive, default=1800.0, metavar="S")
-    p.add_argument("--stop-timeout", type=_positive, default=900.0, metavar="S")
-    p.add_argument("--json", action="store_true", help="print the statuses as JSON")
+    p.add_argument(
+        "--stacks-dir", metavar="DIR", help="where Pulumi.NAME.yaml is (default: the repository's stacks/)"
+    )
+    p.add_argument(
+        "--once", action="store_true", help="check every node once, then exit (cron, a scheduler, CI)"
+    )
+    p.add_argument(
+        "--interval",
+        type=_positive,
+        default=60.0,
+        metavar="S",
+        help="seconds between checks (default: %(default)g)",
+    )
+    p.add_argument(
+        "--backoff",
+        type=_positive,
+        default=60.0,
+        metavar="S",
+        help="the first wait after the provider had no capacity; it doubles on each refusal "
+        "(default: %(default)g)",
+    )
+    p.add_argument(
+        "--backoff-max",
+        type=_positive,
+        default=900.0,
+        metavar="S",
+        help="the longest wait between tries for capacity (default: %(default)g)",
+    )
+    p.add_argument(
+        "--price",
+        type=_positive,
+        metavar="PER_HOUR",
+        help="the price per hour where no API gives one (default: the stack's workload.prices for its "
+        "market)",
+    )
+    p.add_argument(
+        "--poll",
+        type=_positive,
+        default=5.0,
+        metavar="S",
+        help="seconds between state reads while a node starts or stops (default: %(default)g)",
+    )
+    p.add_argument(
+        "--start-timeout",
+        type=_positive,
+        default=1800.0,
+        metavar="S",
+        help="seconds a start may take before it is a failed start (default: %(default)g)",
+    )
+    p.add_argument(
+        "--stop-timeout",
+        type=_positive,
+        default=900.0,
+        metavar="S",
+        help="seconds a stop may take before it is a failed stop (default: %(default)g)",
+    )
+    p.add_argument("--json", action="store_true", help="with status: print the statuses as one JSON object")
     return p
+
+
+def refuse_out_of_context(args: argparse.Namespace) -> None:
+    """Options that do not apply to what was asked are bad input (one line), not silently ignored."""
+    if args.json and args.command != "status":
+        raise OperateError("--json prints the statuses: use it with `status`")
+    if args.once and args.command == "status":
+        raise OperateError("--once checks and acts once: `status` only reads, give one or the other")
+    if args.stacks_dir and not args.stack:
+        raise OperateError("--stacks-dir is where --stack NAME is looked for: give --stack NAME with it")
 
 
 def _stamp() -> str:
@@ -78,8 +153,12 @@ def _stamp() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_out_of_context(args)
     inputs = load_inputs(
-        stack=args.stack, outputs_file=args.outputs, stacks_dir=Path(args.stacks_dir), grant_file=args.grant
+        stack=args.stack,
+        outputs_file=args.outputs,
+        stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+        grant_file=args.grant,
     )
     planes = open_planes(inputs, plane_config(inputs, poll_s=args.poll, price=args.price))
     for node, plane in planes.items():  # credentials that cannot read a node: stop here, start nothing

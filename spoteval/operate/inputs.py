@@ -21,18 +21,17 @@ from spoteval.clouds import (
     StackOutputs,
     open_plane,
 )
-from spoteval.config_reader import DocumentError
+from spoteval.config_reader import DocumentError, describe, read_mapping
 from spoteval.grant import Grant, GrantError
 from spoteval.measure import inputs as measure_inputs
 from spoteval.measure.inputs import workload_price
 from spoteval.measure.phases import MeasureError
 from spoteval.stack import (
+    StackNotFound,
     StackOutputError,
-    is_stack_name,
+    find_stack,
     pulumi_stack_output,
     read_json,
-    read_stack_document,
-    stack_file,
     stack_settings,
 )
 
@@ -54,9 +53,9 @@ class Inputs:
 
 def _document(path: Path, what: str) -> object:
     try:
-        return read_stack_document(path, json_first=True)
+        return read_mapping(path, json_first=True)
     except DocumentError as exc:
-        raise OperateError(f"{what} {path}: {exc.reason}: {exc.first_line}") from None
+        raise OperateError(describe(exc, what)) from None
 
 
 def load_grant(path: Path) -> Grant:
@@ -67,15 +66,16 @@ def load_grant(path: Path) -> Grant:
 
 
 def load_inputs(
-    *, stack: str | None, outputs_file: str | None, stacks_dir: Path, grant_file: str | None
+    *, stack: str | None, outputs_file: str | None, stacks_dir: Path | None, grant_file: str | None
 ) -> Inputs:
     """The outputs and grant of `--stack NAME` (its file and `pulumi stack output`) or `--outputs`."""
     settings: Mapping[str, Any] = {}
     grant = Grant()
     if stack is not None:
-        if not is_stack_name(stack):
-            raise OperateError(f"--stack {stack!r}: not a stack name")
-        path = stack_file(stacks_dir, stack)
+        try:
+            path = find_stack(stack, stacks_dir)
+        except StackNotFound as exc:
+            raise OperateError(str(exc)) from None
         settings = stack_settings(_document(path, "stack file"))
         try:
             grant = Grant.parse(settings.get("grant"), where=f"{path}: spot-eval:grant")
@@ -96,7 +96,7 @@ def load_inputs(
         try:
             raw = read_json(Path(outputs_file))
         except DocumentError as exc:
-            raise OperateError(f"--outputs {outputs_file}: {exc.reason}: {exc.first_line}") from None
+            raise OperateError(f"--outputs {describe(exc, 'outputs file')}") from None
         source = outputs_file
         if raw == {}:
             raise OperateError(f"--outputs {outputs_file}: no outputs (the stack was never deployed?)")

@@ -3,7 +3,11 @@ that the operator, `scripts.operate status` and the run report all compute with 
 
 Statuses:
 
-- `serving`: the node holds capacity (the provider says running, or the record shows it alive).
+- `serving`: the node holds capacity and spot-eval started it (the provider says running, or the
+  record shows it alive, after a `start` in the record).
+- `unrecorded`: the provider says running, but the record has no `start` of it: spot-eval did not
+  start it (or its agent has not written its first event yet). Never called serving, never
+  touched by the operator.
 - `starting`: the provider says the node is being started.
 - `preempted`: the provider took the node and work remains: it waits for capacity (S_wait runs).
 - `stopped_by_rule`: a stop rule stopped it (a `stop` event with a `stop_rule:*` reason), or the
@@ -27,6 +31,7 @@ from spoteval.clouds import NodeState
 from spoteval.record import Event, format_time
 
 SERVING: Final = "serving"
+UNRECORDED: Final = "unrecorded"
 STARTING: Final = "starting"
 PREEMPTED: Final = "preempted"
 STOPPED_BY_RULE: Final = "stopped_by_rule"
@@ -35,6 +40,7 @@ DONE: Final = "done"
 UNKNOWN: Final = "unknown"
 LABELS: Final = {
     SERVING: "serving",
+    UNRECORDED: "running, not started by spot-eval",
     STARTING: "starting",
     PREEMPTED: "preempted, waiting for capacity",
     STOPPED_BY_RULE: "stopped by a rule",
@@ -179,13 +185,23 @@ def node_status(
         return make(
             STOPPED, "terminated", None, f"the provider says {state.raw}: it cannot be started again", False
         )
+    never_started = last_start is None and not any(e.kind == "preempted" for e in evs)
+    if state is not None and state.running and never_started:
+        return make(
+            UNRECORDED,
+            None,
+            None,
+            f"the provider says {state.raw}, but the record has no start of it: spot-eval did not start "
+            "it (or its agent has not written yet); left alone",
+            False,
+        )
     if state is not None and state.running:
         return make(SERVING, None, last_start.time if last_start else None, "running")
     if state is not None and state.status == "pending":
         return make(STARTING, None, None, f"the provider says {state.raw}")
     if state is not None and state.status == "unknown":
         return make(UNKNOWN, state.raw, None, f"the provider says {state.raw}")
-    if last_start is None and not any(e.kind == "preempted" for e in evs):
+    if never_started:
         # (a node the provider took while it booted, before its agent wrote a start, has the
         # provider's `preempted` event: it was started, and is restarted like any other)
         if state is None:
