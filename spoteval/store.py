@@ -19,6 +19,7 @@ enforce preconditions; real GCS does.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final
@@ -68,6 +69,25 @@ class StoreError(Exception):
 _PERMANENT_STATUS: Final = ("400 Bad Request", "401 Unauthorized", "403 Forbidden")
 
 
+#: what to set when the endpoint is plain http, per scheme (the store client refuses http by default)
+_ALLOW_HTTP: Final = {"s3": "AWS_ALLOW_HTTP=true", "az": "AZURE_ALLOW_HTTP=true"}
+_PLAIN_HTTP: Final = re.compile(r"(http://[^\s/]+)[^\s]*.*builder error", re.DOTALL)
+
+
+def plain_http_hint(url: str, text: str) -> str:
+    """The fix when the store client refused a plain-http endpoint ('builder error'), else ''."""
+    found = _PLAIN_HTTP.search(text)
+    if found is None:
+        return ""
+    setting = _ALLOW_HTTP.get(urlparse(url).scheme)
+    how = (
+        f"set {setting}, or the store option allow_http: true"
+        if setting
+        else "set store option allow_http: true"
+    )
+    return f" (the endpoint {found.group(1)} is plain http: {how})"
+
+
 def _failed(what: str, exc: BaseException, *, missing_is_permanent: bool = False) -> StoreError:
     """A StoreError for a failed operation, marked permanent when retrying cannot help."""
     text = str(exc)
@@ -76,7 +96,8 @@ def _failed(what: str, exc: BaseException, *, missing_is_permanent: bool = False
     )
     if missing_is_permanent and (isinstance(exc, FileNotFoundError) or "404 Not Found" in text):
         permanent = True  # a write (or a listing) answered 404: the bucket or container is missing
-    return StoreError(f"{what}: {_short(exc)}", permanent=permanent)
+    hint = plain_http_hint(what.split(" ", 1)[-1], text)
+    return StoreError(f"{what}: {_short(exc)}{hint}", permanent=permanent)
 
 
 def _duration(value: object, key: str) -> timedelta:
