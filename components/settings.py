@@ -443,7 +443,14 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
 
     workload_raw = raw.get("workload") or None
     workload = (
-        parse_workload_block(workload_raw, provider, node.market, node.gpu_count, ev.concurrency, grant)
+        parse_workload_block(
+            workload_raw,
+            provider=provider,
+            market=node.market,
+            gpu_count=node.gpu_count,
+            concurrency=ev.concurrency,
+            grant=grant,
+        )
         if workload_raw is not None
         else None
     )

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def parse_workload_block(
-    raw: Mapping[str, Any], provider: str, market: str, gpu_count: int, concurrency: int, grant: Grant
+    raw: Mapping[str, Any], *, provider: str, market: str, gpu_count: int, concurrency: int, grant: Grant
 ) -> Workload:
     """Validate the placement's block with the placement's own parser, then what ties it to this
     stack: its concurrency is the eval's (`concurrency`, per GPU x `gpu_count` with

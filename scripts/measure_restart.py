@@ -79,7 +79,9 @@ def parser() -> argparse.ArgumentParser:
         "--grant", metavar="FILE", help="a grant (YAML or JSON), instead of the stack's spot-eval:grant"
     )
     p.add_argument(
-        "--stacks-dir", metavar="DIR", help="where Pulumi.NAME.yaml is (default: the repository's stacks/)"
+        "--stacks-dir",
+        metavar="DIR",
+        help="where Pulumi.NAME.yaml is (default: stacks/ here, else the repository's)",
     )
     p.add_argument(
         "--node", metavar="ID", help="which of the stack's node_ids to measure (default: the first)"

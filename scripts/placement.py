@@ -43,8 +43,6 @@ from spoteval.placement.inputs import check_given
 from spoteval.placement.render import plot, render_report
 from spoteval.store import Store, StoreError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_STACKS_DIR = REPO_ROOT / "stacks"
 EXIT_OK, EXIT_BAD_INPUT, EXIT_NONE = 0, 2, 3
 
 
@@ -113,7 +111,9 @@ def load_workload(args: argparse.Namespace) -> LoadedWorkload:
     elif args.stack is not None:
         if len(args.stack) > 1:
             raise PlacementError("--stack", "one stack names the workload (several only with --offers)")
-        loaded = placement.load_stack_workload(args.stack[0], Path(args.stacks_dir))
+        loaded = placement.load_stack_workload(
+            args.stack[0], Path(args.stacks_dir) if args.stacks_dir else None
+        )
     else:
         loaded = None if getattr(args, "from_run", None) else placement.example_workload()
     for hook in INPUT_HOOKS:
@@ -158,9 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stacks-dir",
-        default=str(DEFAULT_STACKS_DIR),
         metavar="DIR",
-        help="where the stack files are (default: the repository's stacks/)",
+        help="where the stack files are (default: stacks/ here, else the repository's)",
     )
     parser.add_argument("--json", action="store_true", help="print the decision as one JSON document")
     parser.add_argument(
@@ -193,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if args.offers:
-        return offers.run(args, Path(args.stacks_dir))
+        return offers.run(args, Path(args.stacks_dir) if args.stacks_dir else None)
     offers.refuse_offer_options(args)
     loaded = load_workload(args)
     workload = loaded.parse()

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--stacks-dir",
         type=Path,
         metavar="DIR",
-        help="where Pulumi.NAME.yaml is (default: the repository's stacks/)",
+        help="where Pulumi.NAME.yaml is (default: stacks/ here, else the repository's)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(

@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--stacks-dir",
         metavar="DIR",
-        help="where Pulumi.NAME.yaml is (with --stack; default: the repository's stacks/)",
+        help="where Pulumi.NAME.yaml is (with --stack; default: stacks/ here, else the repository's)",
     )
     p.add_argument(
         "--outputs",

@@ -30,8 +30,17 @@ from spoteval.config_reader import read_document, read_json_document
 
 NAMESPACE: Final = "spot-eval"
 PREFIX: Final = f"{NAMESPACE}:"
-#: the repository's stacks (every command's default `--stacks-dir`)
+#: the repository's stacks (every command's default `--stacks-dir` when the current folder has none)
 DEFAULT_STACKS_DIR: Final = Path(__file__).resolve().parents[1] / "stacks"
+
+
+def default_stacks_dir() -> Path:
+    """Where `--stack NAME` is looked for without `--stacks-dir`: `stacks/` of the current folder when
+    it has one (a project's own, the repository's when run from its root), else the repository's."""
+    here = Path("stacks")
+    return here if here.is_dir() else DEFAULT_STACKS_DIR
+
+
 #: the markets a stack's `node.market` may name
 MARKETS: Final = ("spot", "on_demand")
 
@@ -53,6 +62,8 @@ class StackNotFound(Exception):
 
 def shown_path(path: Path) -> str:
     """`path` as a user reads it: relative to the current folder when it lies inside it."""
+    if not path.is_absolute():
+        return str(path)
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):
@@ -65,9 +76,9 @@ def known_stacks(stacks_dir: Path) -> list[str]:
 
 
 def find_stack(name: str, stacks_dir: Path | None = None) -> Path:
-    """The file of the stack NAME in `stacks_dir` (default: the repository's stacks/); `StackNotFound`
+    """The file of the stack NAME in `stacks_dir` (default: `default_stacks_dir()`); `StackNotFound`
     when there is none."""
-    folder = DEFAULT_STACKS_DIR if stacks_dir is None else Path(stacks_dir)
+    folder = default_stacks_dir() if stacks_dir is None else Path(stacks_dir)
     path = stack_file(folder, name)
     if not is_stack_name(name):
         raise StackNotFound(name, path, known_stacks(folder), bad_name=True)

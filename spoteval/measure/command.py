@@ -30,7 +30,7 @@ class Options:
     stack: str | None = None
     outputs: str | None = None
     grant: str | None = None
-    stacks_dir: str | None = None  # None: the repository's stacks/
+    stacks_dir: str | None = None  # None: stacks/ here, else the repository's
     node: str | None = None
     cycles: int = 3
     mode: str = "stop-start"

@@ -97,7 +97,7 @@ def _measured_run(args: argparse.Namespace) -> Mapping[OfferKey, Measured] | Non
         raise PlacementError("--from-run", str(exc)) from None
 
 
-def run(args: argparse.Namespace, stacks_dir: Path) -> int:
+def run(args: argparse.Namespace, stacks_dir: Path | None) -> int:
     """Read the offers' prices, rank them, print the table (or JSON), write the plot; exit code."""
     _refuse_decision_options(args)
     names = args.stack or []

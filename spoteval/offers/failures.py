@@ -13,6 +13,7 @@ refused signature) or the endpoint (no connection, a name that does not resolve,
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -86,6 +87,9 @@ def clean(text: str) -> str:
     if page is not None:
         status = _STATUS.search(text[: page.start()])
         text = (f"HTTP {status.group(1)}, " if status else "") + "an HTML page instead of the API's answer"
+    home = os.path.expanduser("~")
+    if len(home) > 1:
+        text = text.replace(home + os.sep, "~" + os.sep)  # a path in the user's home, as they write it
     text = " ".join(text.split())
     return text if len(text) <= _MAX else text[: _MAX - 3] + "..."
 

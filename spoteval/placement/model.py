@@ -418,9 +418,10 @@ def break_even(workload: Workload, options: Mapping[str, OptionResult]) -> Break
     """The lifetime and the price ratio at which the cost comparison flips (see `BreakEven`)."""
     spot = options["spot"]
     grant = workload.grant
-    left_out = workload.why_left_out("spot")
-    if left_out is not None:
-        return BreakEven(None, None, None, None, f"none: spot is left out ({left_out}).")
+    if workload.why_left_out("spot") is not None:
+        return BreakEven(
+            None, None, None, None, "none: spot is left out of this decision (the reason is below)."
+        )
     if grant.price_cap is not None and spot.price > grant.price_cap:
         return BreakEven(None, None, None, None, "spot's price is above the price cap at any lifetime.")
     other = _cheapest_other(options)

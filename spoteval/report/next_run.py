@@ -238,9 +238,10 @@ class NextRun:
 
     def note(self) -> str:
         """One line for the report: where the inputs came from, what is a bound, what is missing."""
-        parts = [
-            f"measured in this run; {self.base.source or 'nothing else given (no --workload or --stack)'}"
-        ]
+        if self.base.source:
+            parts = [f"the numbers this run measured, the rest from {self.base.source}"]
+        else:
+            parts = ["the numbers this run measured alone (no --workload or --stack: only spot is priced)"]
         if self.from_base:
             given = ", ".join(f"{k} ({why})" for k, why in self.from_base)
             parts.append(f"not measured in this run, so from {self.base.source} too: {given}")
