@@ -151,7 +151,9 @@ def examples(text: str) -> list[Example]:
         directive = _DIRECTIVE.match(before)
         if info != "console":
             if directive is not None:
-                raise ConventionError(f"README.md line {line}: an example directive before a non-console block")
+                raise ConventionError(
+                    f"README.md line {line}: an example directive before a non-console block"
+                )
             continue
         not_run, env, timings = _directive(directive.group(1), line) if directive else (None, None, False)
         found.append(Example(line, _commands(body), not_run, env, timings))
@@ -177,7 +179,9 @@ def normalise(text: str, *, timings: bool = False) -> str:
     return text.rstrip()
 
 
-def difference(expected: Sequence[tuple[int, str]], actual: Sequence[str], *, timings: bool = False) -> str | None:
+def difference(
+    expected: Sequence[tuple[int, str]], actual: Sequence[str], *, timings: bool = False
+) -> str | None:
     """None when `actual` matches `expected` (with `...` for any lines); else where and how it differs."""
     want = [(n, normalise(t, timings=timings)) for n, t in expected]
     while want and not want[-1][1]:
@@ -199,9 +203,7 @@ def difference(expected: Sequence[tuple[int, str]], actual: Sequence[str], *, ti
         if pos >= len(got):
             return f"the output ends before README line {line}:\n  README: {text!r}"
         if got[pos] != text:
-            return (
-                f"README line {line} differs from output line {pos + 1}:\n  README: {text!r}\n  actual: {got[pos]!r}"
-            )
+            return f"README line {line} differs from output line {pos + 1}:\n  README: {text!r}\n  actual: {got[pos]!r}"
         pos += 1
     if not skipping and pos < len(got):
         return f"the output has more lines than the README shows, from output line {pos + 1}:\n  actual: {got[pos]!r}"

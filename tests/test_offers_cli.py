@@ -140,7 +140,10 @@ def test_nothing_priced_exits_4_apart_from_nothing_eligible(
     ("argv", "message"),
     [
         (["--offers"], "error: --offers: needs at least one --stack NAME"),
-        (["--offers", "--stack", "nope"], "error: stack 'nope': no stacks/Pulumi.nope.yaml (stacks: aws-us-east-1"),
+        (
+            ["--offers", "--stack", "nope"],
+            "error: stack 'nope': no stacks/Pulumi.nope.yaml (stacks: aws-us-east-1",
+        ),
         (
             ["--offers", "--stack", "aws-us-east-1", "--offer-trace", "aws=x"],
             "error: --offer-trace: expected",

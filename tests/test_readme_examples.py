@@ -132,7 +132,10 @@ def test_a_changed_output_names_the_readme_line_and_what_was_printed() -> None:
     )
     excerpt = ((1, "a"), (2, "..."), (3, "z"))
     assert difference(excerpt, ["a", "b", "c", "z"]) is None
-    assert difference(excerpt, ["a", "b"]) == "README line 3 is not in the output after output line 1:\n  README: 'z'"
+    assert (
+        difference(excerpt, ["a", "b"])
+        == "README line 3 is not in the output after output line 1:\n  README: 'z'"
+    )
 
 
 def test_time_stamps_ports_and_ids_are_normalised_measured_numbers_only_with_timings() -> None:

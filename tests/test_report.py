@@ -496,7 +496,10 @@ def test_cli_prints_the_report_json_and_plot(
         (["--store", "URL", "--run", "no-such-run"], "no run 'no-such-run'"),
         (["--store", "URL", "--run", "../x"], "--run"),
         (["--store", "URL", "--run", RUN, "--workload", "/nonexistent.yaml"], "/nonexistent.yaml"),
-        (["--stack", "aws-us-east-1", "--outputs", "/nonexistent.json"], "/nonexistent.json: outputs file not found"),
+        (
+            ["--stack", "aws-us-east-1", "--outputs", "/nonexistent.json"],
+            "/nonexistent.json: outputs file not found",
+        ),
         (["--stack", "nope", "--outputs", "/nonexistent.json"], "stack 'nope': no stacks/Pulumi.nope.yaml"),
     ],
 )
