@@ -203,10 +203,16 @@ def difference(
         if pos >= len(got):
             return f"the output ends before README line {line}:\n  README: {text!r}"
         if got[pos] != text:
-            return f"README line {line} differs from output line {pos + 1}:\n  README: {text!r}\n  actual: {got[pos]!r}"
+            return (
+                f"README line {line} differs from output line {pos + 1}:\n"
+                f"  README: {text!r}\n  actual: {got[pos]!r}"
+            )
         pos += 1
     if not skipping and pos < len(got):
-        return f"the output has more lines than the README shows, from output line {pos + 1}:\n  actual: {got[pos]!r}"
+        return (
+            f"the output has more lines than the README shows, from output line {pos + 1}:\n"
+            f"  actual: {got[pos]!r}"
+        )
     return None
 
 

@@ -124,7 +124,8 @@ def test_empty_and_malformed_files_name_the_file_and_the_line(
         (
             measure_restart.main,
             ["--outputs", "o.json", "--fis-template", "EXT1"],
-            "measure_restart: --fis-template is the experiment of --mode preempt: give --mode preempt with it",
+            "measure_restart: --fis-template is the experiment of --mode preempt: give --mode "
+            "preempt with it",
         ),
         (
             measure_restart.main,

@@ -70,15 +70,20 @@ def test_offline_each_market_names_its_own_api_and_the_credentials(no_aws_creden
     got = read_prices([SPOT, DEMAND], {"aws": AwsPrices()}, clock)
     credentials = "AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
     assert got[SPOT] == (
-        f"EC2 DescribeSpotPriceHistory failed: Unable to locate credentials; check the credentials: {credentials}"
+        "EC2 DescribeSpotPriceHistory failed: Unable to locate credentials; check the "
+        f"credentials: {credentials}"
     )
     assert got[DEMAND] == (
-        f"AWS Price List GetProducts failed: Unable to locate credentials; check the credentials: {credentials}"
+        "AWS Price List GetProducts failed: Unable to locate credentials; check the "
+        f"credentials: {credentials}"
     )
 
 
 def test_the_wording_of_a_failure_drops_html_and_names_the_fix() -> None:
-    page = "Price List API GetProducts: 500: <!doctype html>\n<html lang=en>\n<title>500 Internal Server Error</title>"
+    page = (
+        "Price List API GetProducts: 500: <!doctype html>\n<html lang=en>\n"
+        "<title>500 Internal Server Error</title>"
+    )
     assert clean(page) == "HTTP 500, an HTML page instead of the API's answer"
     assert explain("gcp", "spot", "Cloud Billing Catalog: GET https://x/v1: HTTP 403: API key not valid") == (
         "GCP Cloud Billing Catalog failed: GET https://x/v1: HTTP 403: API key not valid; check the "

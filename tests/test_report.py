@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -602,7 +602,8 @@ def test_a_run_without_a_restart_names_what_it_could_not_measure(tmp_path: Path)
     no_wait = report.build(store, RUN, {"prices": {"on_demand": 3.0}}, "prices from the test")
     assert no_wait.placement is None
     assert no_wait.placement_note == (
-        "not decided: the numbers this run measured, the rest from prices from the test; tau is a lower bound (no preemption in "
+        "not decided: the numbers this run measured, the rest from prices from the test; tau "
+        "is a lower bound (no preemption in "
         "10 min of uptime in run r-demo-7f3a: the 95% interval's low end); not measured in this run and "
         "not given: restart.wait_minutes (no restart after a preemption): give them in --workload FILE"
     )

@@ -60,7 +60,7 @@ def test_a_second_grant_is_refused_everywhere_with_one_line_naming_both_keys(
     assert plan_cli.main(["--stack", stack, "--stacks-dir", str(folder)]) == 2
     err = capsys.readouterr().err
     assert err == f"error: stack config spot-eval:workload.grant: {SECOND_GRANT}\n"
-    with pytest.raises(PlacementError, match="spot-eval:workload.grant"):
+    with pytest.raises(PlacementError, match=r"spot-eval:workload\.grant"):
         read_stack(stack, folder)
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"bucket_url": f"file://{tmp_path}/store", "run_id": "r1"}))
