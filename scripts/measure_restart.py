@@ -22,30 +22,20 @@ measurement failed or the grant refused a start, 2 bad input, 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Sequence
 
 from rich.console import Console
 
-from spoteval.cli import OneLineParser
+from spoteval.cli import OneLineParser, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.grant import GrantError
 from spoteval.measure import PROG, MeasureError, Options, run
+from spoteval.measure.command import refuse_out_of_context
 from spoteval.record import RecordError
 from spoteval.store import StoreError
 
 # --- entry point --------------------------------------------------------------------------------
-
-
-def _positive(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be > 0")
-    return number
 
 
 def _cycles(value: str) -> int:
@@ -127,7 +117,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--price",
-        type=_positive,
+        type=positive_number,
         metavar="PER_HOUR",
         help="the price per hour where no API gives one (default: the stack's workload.prices for its "
         "market)",
@@ -138,6 +128,13 @@ def parser() -> argparse.ArgumentParser:
         help="with --mode preempt on AWS: the FIS experiment template "
         "(aws:ec2:send-spot-instance-interruptions)",
     )
+    _where_options(p)
+    _timing_options(p)
+    return p
+
+
+def _where_options(p: argparse.ArgumentParser) -> None:
+    """Where the node's name alone does not find it."""
     p.add_argument("--gcp-project", help="GCP project of the instance (default: the stack's gcp.project)")
     p.add_argument("--azure-subscription", help="Azure subscription (default: AZURE_SUBSCRIPTION_ID)")
     p.add_argument(
@@ -147,9 +144,13 @@ def parser() -> argparse.ArgumentParser:
         "--k8s-namespace", help="the model server's namespace (default: the stack's k8s.namespace)"
     )
     p.add_argument("--k8s-deployment", help="the model server's Deployment (default: RUN_ID-server)")
+
+
+def _timing_options(p: argparse.ArgumentParser) -> None:
+    """How often the state is read and how long each phase may take."""
     p.add_argument(
         "--poll",
-        type=_positive,
+        type=positive_number,
         default=5.0,
         metavar="S",
         help="seconds between state reads (default: %(default)g)",
@@ -161,30 +162,17 @@ def parser() -> argparse.ArgumentParser:
     ):
         p.add_argument(
             f"--{name}-timeout",
-            type=_positive,
+            type=positive_number,
             default=default,
             metavar="S",
             help=f"seconds to wait for {what}; past it the cycle fails (default: %(default)g)",
         )
     p.add_argument(
         "--ready-timeout",
-        type=_positive,
+        type=positive_number,
         metavar="S",
         help="with --wait-ready: seconds to wait for the agent's ready event (default: 900)",
     )
-    return p
-
-
-def refuse_out_of_context(args: argparse.Namespace) -> None:
-    """Options that do not apply to what was asked are bad input (one line), not silently ignored."""
-    if args.fis_template and args.mode != "preempt":
-        raise MeasureError("--fis-template is the experiment of --mode preempt: give --mode preempt with it")
-    if args.ready_timeout is not None and not args.wait_ready:
-        raise MeasureError("--ready-timeout is how long --wait-ready waits: give --wait-ready with it")
-    if args.plot and not args.yes:
-        raise MeasureError("--plot draws the measured cycles: give --yes (without it nothing is measured)")
-    if args.stacks_dir and not args.stack:
-        raise MeasureError("--stacks-dir is where --stack NAME is looked for: give --stack NAME with it")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

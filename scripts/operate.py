@@ -16,34 +16,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from spoteval.cli import OneLineParser
+from spoteval.cli import OneLineParser, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.config_reader import DocumentError
 from spoteval.grant import GrantError
 from spoteval.operate import Operator, Timing
-from spoteval.operate.inputs import OperateError, load_inputs, open_planes, plane_config
+from spoteval.operate.inputs import (
+    OperateError,
+    load_inputs,
+    open_planes,
+    plane_config,
+    refuse_out_of_context,
+)
 from spoteval.operate.loop import blocked
 from spoteval.record import RecordError
 from spoteval.store import Store, StoreError
 
 PROG: Final = "operate"
-
-
-def _positive(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be > 0")
-    return number
 
 
 def parser() -> argparse.ArgumentParser:
@@ -86,68 +81,26 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--once", action="store_true", help="check every node once, then exit (cron, a scheduler, CI)"
     )
-    p.add_argument(
-        "--interval",
-        type=_positive,
-        default=60.0,
-        metavar="S",
-        help="seconds between checks (default: %(default)g)",
-    )
-    p.add_argument(
-        "--backoff",
-        type=_positive,
-        default=60.0,
-        metavar="S",
-        help="the first wait after the provider had no capacity; it doubles on each refusal "
-        "(default: %(default)g)",
-    )
-    p.add_argument(
-        "--backoff-max",
-        type=_positive,
-        default=900.0,
-        metavar="S",
-        help="the longest wait between tries for capacity (default: %(default)g)",
-    )
+    for flag, default, what in (
+        ("--interval", 60.0, "seconds between checks"),
+        ("--backoff", 60.0, "the first wait after the provider had no capacity; it doubles on each refusal"),
+        ("--backoff-max", 900.0, "the longest wait between tries for capacity"),
+        ("--poll", 5.0, "seconds between state reads while a node starts or stops"),
+        ("--start-timeout", 1800.0, "seconds a start may take before it is a failed start"),
+        ("--stop-timeout", 900.0, "seconds a stop may take before it is a failed stop"),
+    ):
+        p.add_argument(
+            flag, type=positive_number, default=default, metavar="S", help=f"{what} (default: %(default)g)"
+        )
     p.add_argument(
         "--price",
-        type=_positive,
+        type=positive_number,
         metavar="PER_HOUR",
         help="the price per hour where no API gives one (default: the stack's workload.prices for its "
         "market)",
     )
-    p.add_argument(
-        "--poll",
-        type=_positive,
-        default=5.0,
-        metavar="S",
-        help="seconds between state reads while a node starts or stops (default: %(default)g)",
-    )
-    p.add_argument(
-        "--start-timeout",
-        type=_positive,
-        default=1800.0,
-        metavar="S",
-        help="seconds a start may take before it is a failed start (default: %(default)g)",
-    )
-    p.add_argument(
-        "--stop-timeout",
-        type=_positive,
-        default=900.0,
-        metavar="S",
-        help="seconds a stop may take before it is a failed stop (default: %(default)g)",
-    )
     p.add_argument("--json", action="store_true", help="with status: print the statuses as one JSON object")
     return p
-
-
-def refuse_out_of_context(args: argparse.Namespace) -> None:
-    """Options that do not apply to what was asked are bad input (one line), not silently ignored."""
-    if args.json and args.command != "status":
-        raise OperateError("--json prints the statuses: use it with `status`")
-    if args.once and args.command == "status":
-        raise OperateError("--once checks and acts once: `status` only reads, give one or the other")
-    if args.stacks_dir and not args.stack:
-        raise OperateError("--stacks-dir is where --stack NAME is looked for: give --stack NAME with it")
 
 
 def _stamp() -> str:

@@ -8,6 +8,7 @@ input. Standard library only: the node agent's commands use it too.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 EXIT_USAGE = 2
@@ -21,3 +22,14 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message}\n")
+
+
+def positive_number(value: str) -> float:
+    """An argparse `type`: a finite number > 0 (seconds, a price), or the option's one-line error."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be > 0")
+    return number

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from scripts import plan as plan_cli
+from tests import servers
 
 STACKS = Path(__file__).resolve().parent.parent / "stacks"
 NOW = "2026-12-01T09:00:00Z"
@@ -83,3 +84,23 @@ def test_a_pools_weights_cache_attached_to_nothing_is_explained(
     assert "  price: 0.84 USD per hour (2 x 0.42) for 2 x g6.xlarge on the spot market" in out
     # one node attaches it: no note
     assert "notes:" not in plan_text(capsys, "--stack", stack)
+
+
+def test_price_now_reads_the_offers_reader_and_says_when_it_cannot(
+    moto_server: servers.Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for key, value in moto_server.env.items():
+        monkeypatch.setenv(key, value)
+    out = plan_text(capsys, "--stack", "aws-us-east-1", "--price-now")
+    assert (
+        "  price: 1e-05 USD per hour for 1 x g6.xlarge on the spot market (read now: "
+        "ec2:DescribeSpotPriceHistory)"
+    ) in out.splitlines()
+    monkeypatch.setenv("SPOTEVAL_AZURE_PRICES_URL", "http://127.0.0.1:9/api/retail/prices")
+    out = plan_text(capsys, "--stack", "azure-eastus", "--price-now")
+    (line,) = [line for line in out.splitlines() if line.startswith("  price: ")]
+    assert line.startswith(
+        "  price: 0.16 USD per hour for 1 x Standard_NC4as_T4_v3 on the spot market "
+        "(spot-eval:workload.prices.spot; price now not read: Azure Retail Prices failed: GET "
+        "http://127.0.0.1:9/api/retail/prices: "
+    )

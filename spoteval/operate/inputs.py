@@ -7,6 +7,7 @@ output`), or from saved outputs (`--outputs FILE.json`) and a grant file. Proble
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -144,3 +145,13 @@ def open_planes(inputs: Inputs, config: PlaneOptions) -> dict[str, ControlPlane]
         except ControlPlaneError as exc:
             raise OperateError(f"node {node}: {exc}") from None
     return out
+
+
+def refuse_out_of_context(args: argparse.Namespace) -> None:
+    """Options that do not apply to what was asked are bad input (one line), not silently ignored."""
+    if args.json and args.command != "status":
+        raise OperateError("--json prints the statuses: use it with `status`")
+    if args.once and args.command == "status":
+        raise OperateError("--once checks and acts once: `status` only reads, give one or the other")
+    if args.stacks_dir and not args.stack:
+        raise OperateError("--stacks-dir is where --stack NAME is looked for: give --stack NAME with it")

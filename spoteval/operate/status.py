@@ -22,7 +22,7 @@ Pure functions of their arguments: nothing here reads a clock, the store or a pr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
@@ -215,6 +215,17 @@ def node_status(
         silent = (now - last.time).total_seconds() if now is not None else 0.0
         if silent <= LOST_AFTER_HEARTBEATS * heartbeat_s + 60:
             return make(SERVING, None, last_start.time if last_start else None, "the record shows it alive")
+    return _taken_status(make, node, taken, last, refusals)
+
+
+def _taken_status(
+    make: Callable[..., NodeStatus],
+    node: str,
+    taken: Event | None,
+    last: Event,
+    refusals: Iterable[Refusal],
+) -> NodeStatus:
+    """A node the provider took (or that went silent): preempted, or stopped by the grant's refusal."""
     evidence = f"{taken.kind}:{taken.reason}" if taken is not None else "lost"
     since = taken.time if taken is not None else last.time
     later = [r for r in refusals if record_node(r.node) == record_node(node) and r.time >= since]
