@@ -95,7 +95,9 @@ def test_the_wording_of_a_failure_drops_html_and_names_the_fix() -> None:
     refused = explain(
         "azure", "spot", "Retail Prices: GET http://127.0.0.1:9/x: [Errno 111] Connection refused"
     )
-    assert refused.endswith("; check the endpoint: SPOTEVAL_AZURE_PRICES_URL (unset: prices.azure.com)")
+    assert refused.endswith(
+        "; check the endpoint: SPOTEVAL_AZURE_PRICES_URL (unset: the public Retail Prices API)"
+    )
 
 
 def test_nothing_priced_is_its_own_answer_exit_4_and_writes_no_plot(

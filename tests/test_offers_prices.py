@@ -189,7 +189,7 @@ def test_one_provider_down_is_reported_per_offer_and_the_others_are_read(apis: P
     got = read_prices(offers, readers, clock)
     down = (
         f'Azure Retail Prices failed: GET {apis.url}/api/retail/prices: HTTP 503: {{"Error": "Service '
-        'Unavailable"}; check the endpoint: SPOTEVAL_AZURE_PRICES_URL (unset: prices.azure.com)'
+        'Unavailable"}; check the endpoint: SPOTEVAL_AZURE_PRICES_URL (unset: the public Retail Prices API)'
     )
     assert got[offers[0]] == down
     assert got[offers[1]] == got[offers[0]]

@@ -36,10 +36,10 @@ _GCP: Final = PriceApi(
     "an API key in SPOTEVAL_GCP_BILLING_API_KEY",
     "SPOTEVAL_GCP_CATALOG_URL (unset: Google's)",
 )
-_AZURE: Final = PriceApi("Azure Retail Prices", None, "SPOTEVAL_AZURE_PRICES_URL (unset: prices.azure.com)")
-_RUNPOD: Final = PriceApi(
-    "Runpod REST v2 catalog", "RUNPOD_API_KEY", "RUNPOD_REST_URL (unset: api.runpod.io)"
+_AZURE: Final = PriceApi(
+    "Azure Retail Prices", None, "SPOTEVAL_AZURE_PRICES_URL (unset: the public Retail Prices API)"
 )
+_RUNPOD: Final = PriceApi("Runpod REST v2 catalog", "RUNPOD_API_KEY", "RUNPOD_REST_URL (unset: Runpod's own)")
 _NEBIUS: Final = PriceApi("Nebius SpotPriceService.List", "NEBIUS_IAM_TOKEN, or a Nebius CLI profile", None)
 
 #: (provider, market) -> the API that prices it (endpoint settings: spoteval/offers/build.py)
