@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from spoteval.cli import OneLineParser, positive_number
+from spoteval.cli import OneLineParser, add_deployed_stack_options, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.grant import GrantError
 from spoteval.measure import PROG, MeasureError, Options, run
@@ -52,27 +52,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 measured (or the plan shown), 1 the measurement failed or the grant refused "
         "a start, 2 bad input (one line), 130 interrupted.",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--stack",
-        metavar="NAME",
-        help="the deployed stack: its outputs from `pulumi stack output --json`, its grant, provider block "
-        "and workload price from stacks/Pulumi.NAME.yaml",
-    )
-    src.add_argument(
-        "--outputs",
-        metavar="FILE.json",
-        help="the stack's outputs saved as JSON (pulumi stack output --json > FILE.json), for a stack "
-        "managed elsewhere; then no grant unless --grant",
-    )
-    p.add_argument(
-        "--grant", metavar="FILE", help="a grant (YAML or JSON), instead of the stack's spot-eval:grant"
-    )
-    p.add_argument(
-        "--stacks-dir",
-        metavar="DIR",
-        help="where Pulumi.NAME.yaml is (default: stacks/ here, else the repository's)",
-    )
+    add_deployed_stack_options(p)
     p.add_argument(
         "--node", metavar="ID", help="which of the stack's node_ids to measure (default: the first)"
     )

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from spoteval.cli import OneLineParser, positive_number
+from spoteval.cli import OneLineParser, add_deployed_stack_options, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.config_reader import DocumentError
 from spoteval.grant import GrantError
@@ -57,27 +57,7 @@ def parser() -> argparse.ArgumentParser:
         help="run: check and act until the run is done (or once, with --once); status: what each node is "
         "doing, nothing started (default: %(default)s)",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--stack",
-        metavar="NAME",
-        help="the deployed stack: its outputs from `pulumi stack output --json`, its grant, provider block "
-        "and workload price from stacks/Pulumi.NAME.yaml",
-    )
-    src.add_argument(
-        "--outputs",
-        metavar="FILE.json",
-        help="the stack's outputs saved as JSON (pulumi stack output --json > FILE.json); then no grant "
-        "unless --grant",
-    )
-    p.add_argument(
-        "--grant", metavar="FILE", help="a grant (YAML or JSON), instead of the stack's spot-eval:grant"
-    )
-    p.add_argument(
-        "--stacks-dir",
-        metavar="DIR",
-        help="where Pulumi.NAME.yaml is (default: stacks/ here, else the repository's)",
-    )
+    add_deployed_stack_options(p)
     p.add_argument(
         "--once", action="store_true", help="check every node once, then exit (cron, a scheduler, CI)"
     )
