@@ -78,8 +78,8 @@ def run_command(cfg: DrillConfig, *, as_json: bool = False, shared: bool = False
         )
         nodes = "agent.json, node/logs/" if result.config.nodes == 1 else "agent*.json, node-*/logs/"
         print(
-            f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, workload.json, "
-            f"manifest.jsonl, {nodes}"
+            f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, operator.json, "
+            f"workload.json, manifest.jsonl, {nodes}"
         )
         if result.store_url.startswith("file://"):
             print(f"Report again: {again}")

@@ -22,12 +22,14 @@ Pure functions of their arguments: nothing here reads a clock, the store or a pr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
 from spoteval.clouds import NodeState
+from spoteval.operate.lease import Standing
 from spoteval.record import Event, format_time
 
 SERVING: Final = "serving"
@@ -237,3 +239,19 @@ def _taken_status(
     else:
         status = make(PREEMPTED, evidence, since, f"taken by the provider ({evidence}); work remains")
     return replace(status, taken_at=since, evidence=evidence)
+
+
+def status_text(
+    run_id: str, statuses: Sequence[NodeStatus], standing: Standing, *, as_json: bool = False
+) -> str:
+    """What `scripts.operate status` prints: one line per node and the operator lease's standing
+    , or the same as one JSON object."""
+    if as_json:
+        doc = {"run_id": run_id, "nodes": [s.to_json() for s in statuses], "operator": standing.to_json()}
+        return json.dumps(doc, indent=2)
+    lines = []
+    for s in statuses:
+        state = f"{s.state.status} ({s.state.raw})" if s.state else "unknown"
+        lines.append(f"{s.node}: {s.label}; provider: {state}; {s.detail}")
+    lines.append(f"operator: {standing.summary()}")
+    return "\n".join(lines)
