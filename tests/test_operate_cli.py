@@ -215,7 +215,8 @@ def test_a_running_node_spot_eval_never_started_is_not_called_serving(
     assert capsys.readouterr().out.splitlines() == [
         "pod1: running, not started by spot-eval; provider: running (RUNNING); the provider says RUNNING, "
         "but the record has no start of it: spot-eval did not start it (or its agent has not written "
-        "yet); left alone"
+        "yet); left alone",
+        "operator: no operator has taken the lease",
     ]
     assert main(["status", "--outputs", outputs, "--json"]) == 0
     (node,) = json.loads(capsys.readouterr().out)["nodes"]
