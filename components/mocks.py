@@ -21,7 +21,7 @@ from typing import Any, Final
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 
-from components.base import CLOCK, PROJECT_DIR
+from components.base import CLOCK, PROJECT_DIR, STACK_FILE
 from components.settings import NAMESPACE, SettingsError
 from spoteval.config_reader import DocumentError, describe, read_mapping
 
@@ -294,4 +294,9 @@ def render_config(stack: str, config: Mapping[str, Any], *, now: datetime | None
 
 
 def render_stack(path: Path, *, now: datetime | None = None) -> Rendered:
-    return render_config(stack_name(path), read_stack_config(path), now=now)
+    """Render a stack file; its eval block's paths are relative to the file's repository."""
+    token = STACK_FILE.set(path)
+    try:
+        return render_config(stack_name(path), read_stack_config(path), now=now)
+    finally:
+        STACK_FILE.reset(token)

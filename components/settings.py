@@ -34,11 +34,11 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, runtime_checkable
 
-from components.eval_settings import HARNESS_KEYS, HarnessEval, parse_harness
+from components.eval_settings import EVAL_KEYS, EvalProject, HarnessEval, parse_harness, parse_project
 from components.registry import provider_module
 
 # re-exported: every provider module and the tests import them from here
@@ -95,9 +95,6 @@ NODE_KEYS: Final = frozenset(
     }
 )
 SERVER_KEYS: Final = frozenset({"command", "model", "port", "health_path", "ready_timeout_s", "image"})
-EVAL_KEYS: Final = frozenset(
-    {"command", "manifest", "concurrency", "max_attempts", "timeout_s", "heartbeat_s", *HARNESS_KEYS}
-)
 
 ADDRESS_KINDS: Final = ("ephemeral", "static")
 #: providers whose spot capacity takes a price bid that the stack declares (AWS max price, Azure
@@ -199,6 +196,7 @@ class EvalSettings:
     timeout_s: int
     heartbeat_s: int
     harness: HarnessEval | None = None  # components/eval_settings.py, instead of `command`
+    project: EvalProject = field(default_factory=EvalProject)  # the eval project (eval_settings.py)
 
 
 B = TypeVar("B")
@@ -375,6 +373,7 @@ def _eval(block: SettingsReader) -> EvalSettings:
         timeout_s=block.integer("timeout_s", 3600),
         heartbeat_s=block.integer("heartbeat_s", 30),
         harness=harness,
+        project=parse_project(block),
     )
 
 

@@ -40,6 +40,7 @@ from spoteval.agent import history as hist
 from spoteval.agent.aws_metric import start_publisher
 from spoteval.agent.boot import billed_from, boot_times, ready_details
 from spoteval.agent.config import AgentConfig
+from spoteval.agent.evalenv import Prepared, Preparing
 from spoteval.agent.health import ServerWatch
 from spoteval.agent.notices import (
     SIGTERM_GRACE_S,
@@ -94,6 +95,8 @@ class Agent(Starting, Stopping):
         self.server = ep.ModelServer(config.server, os.path.join(self.work_dir, "server.log"), os.environ)
         self.stopping_watchers = threading.Event()
         self.health = ServerWatch(self.server, self.stopping_watchers, log)
+        self.eval_env = Preparing(config.eval_env, log)  # the eval project's venv, while the server warms up
+        self.prepared: Prepared | None = None
         self.ledger = Ledger()  # this incarnation's money at each price it read
         self.spooled: list[Item] = []  # what an earlier incarnation left in the spool
         self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
@@ -243,6 +246,7 @@ class Agent(Starting, Stopping):
         if self.spooled:
             self.log(f"uploading {len(self.spooled)} object(s) an earlier incarnation left in the spool")
         self.health.start()
+        self.eval_env.start()
         t0 = time.monotonic()
         self.price = resolve_price(self.config)
         recovered = self._recover()
@@ -278,7 +282,7 @@ class Agent(Starting, Stopping):
             args = (self.config, interval, self.stopping_watchers, self.messages, self.log)
             threading.Thread(target=reread, args=args, name="price", daemon=True).start()
         self.pending.fill(self.config.episodes.concurrency)
-        if self.pending and not self._wait_healthy():
+        if self.pending and not (self._wait_healthy() and self._wait_eval_env()):
             return self._finish()
         self._loop()
         return self._finish()
@@ -305,6 +309,17 @@ class Agent(Starting, Stopping):
                 f"model server not healthy at {self.config.server.health_url} within "
                 f"{self.config.server.ready_timeout_s:g} s"
             )
+        return True
+
+    def _wait_eval_env(self) -> bool:
+        """The eval environment (agent/evalenv.py) before the first attempt; False on a notice."""
+        while not self.eval_env.done.is_set():
+            self._pump(0.1)
+            if self.notice is not None:
+                return False
+            if self.up.fatal is not None:
+                raise Fatal("the store refuses writes (above)")
+        self.prepared = self.eval_env.get()
         return True
 
     def _server_failed(self, message: str) -> bool:
@@ -457,7 +472,10 @@ class Agent(Starting, Stopping):
             },
         )
         self._wait_durable(journal, JOURNAL_WAIT_S)
-        base_env = dict(os.environ)
+        if self.prepared is None:
+            self.prepared = self.eval_env.get()
+        prepared = self.prepared
+        base_env = {**os.environ, **prepared.env}
         place = {
             "SPOTEVAL_STORE": self.config.store,
             "SPOTEVAL_STORE_OPTIONS": json.dumps(
@@ -480,7 +498,7 @@ class Agent(Starting, Stopping):
             run.started, run.started_mono = utc_now(), time.monotonic()
             run.timeout_at = run.started_mono + self.config.episodes.timeout_s
             self.running[run.episode_id] = run
-            ep.spawn(self.config.episodes, run, self.model_url, env, self._on_exit)
+            ep.spawn(self.config.episodes, run, self.model_url, env, self._on_exit, **prepared.spawn_args())
         if self.first_dispatch_mono is None:
             self.first_dispatch_mono = time.monotonic()
             self._ready()
@@ -494,6 +512,7 @@ class Agent(Starting, Stopping):
             record_read_s=self.record_read_s,
             server_started_by_agent=bool(self.config.server.command),
         )
+        details.update(self.eval_env.ready_details(self.started_mono))
         self.event("ready", None, details)
         self.log(
             f"ready: server healthy {details['agent_to_server_healthy_s']} s after agent start, "

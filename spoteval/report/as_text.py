@@ -17,6 +17,7 @@ from spoteval import figures
 from spoteval.events.match import Ledger
 from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
+from spoteval.report.failures import harness_failures
 from spoteval.report.pool import render as render_pool
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
 from spoteval.scores import as_text as scores_text
@@ -202,9 +203,14 @@ def _episodes(v: _View) -> None:
         f"{ep.completed} completed, {ep.model_failures} final model failures, "
         f"{ep.pending if ep.pending is not None else '?'} pending"
     )
-    harness_errors = sum(1 for r in rep.record.results.values() if r.outcome == "harness_error")
-    if harness_errors:
-        v.say(f"Harness errors: {harness_errors} episodes failed for reasons that are not the model's")
+    failures = harness_failures(rep.record.results, ep.manifest)
+    if failures.count:
+        v.say(failures.line())
+        if failures.every_episode:
+            v.say("  every episode ended in a harness error: this run measured nothing of the model")
+        if not v.shared:
+            for episode, why in failures.first:
+                v.say(f"  {episode}: {why}")
     if rep.scores:
         v.say(scores_text(rep.scores).rstrip("\n"))
     v.say(
