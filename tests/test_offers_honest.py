@@ -9,6 +9,7 @@ moto (which has no Price List API) every spot row read `Price List API GetProduc
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,8 +63,34 @@ def test_a_failed_on_demand_read_leaves_the_spot_price_standing(moto_only: None)
     assert demand.startswith(
         "AWS Price List GetProducts failed: HTTP 500, an HTML page instead of the API's answer"
     )
-    assert demand.endswith("; check the endpoint: AWS_ENDPOINT_URL_PRICING (unset: AWS itself)")
+    assert demand.endswith(f"; check the endpoint: AWS_ENDPOINT_URL_PRICING (now {moto_server_url()})")
     assert "<" not in demand and "\n" not in demand
+
+
+def moto_server_url() -> str:
+    return os.environ["AWS_ENDPOINT_URL_PRICING"]
+
+
+def test_the_endpoint_named_is_the_one_in_force() -> None:
+    html = "Price List API GetProducts: 500: <!doctype html><html></html>"
+    head = (
+        "AWS Price List GetProducts failed: HTTP 500, an HTML page instead of the API's answer; "
+        "check the endpoint: "
+    )
+    assert explain("aws", "on_demand", html, {}) == head + "AWS_ENDPOINT_URL_PRICING (unset: AWS itself)"
+    wide = {"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}
+    assert explain("aws", "on_demand", html, wide) == (
+        head + "AWS_ENDPOINT_URL_PRICING (now AWS_ENDPOINT_URL=http://127.0.0.1:5000)"
+    )
+    both = {**wide, "AWS_ENDPOINT_URL_PRICING": "http://127.0.0.1:6000"}
+    assert (
+        explain("aws", "on_demand", html, both)
+        == head + "AWS_ENDPOINT_URL_PRICING (now http://127.0.0.1:6000)"
+    )
+    refused = "Retail Prices: GET http://127.0.0.1:9/x: [Errno 111] Connection refused"
+    assert explain("azure", "spot", refused, {"SPOTEVAL_AZURE_PRICES_URL": "http://127.0.0.1:9/x"}).endswith(
+        "; check the endpoint: SPOTEVAL_AZURE_PRICES_URL (now http://127.0.0.1:9/x)"
+    )
 
 
 def test_offline_each_market_names_its_own_api_and_the_credentials(no_aws_credentials: None) -> None:
@@ -93,7 +120,7 @@ def test_the_wording_of_a_failure_drops_html_and_names_the_fix() -> None:
         "Runpod REST v2 catalog failed: RUNPOD_API_KEY is not set (the Runpod API key)"
     )
     refused = explain(
-        "azure", "spot", "Retail Prices: GET http://127.0.0.1:9/x: [Errno 111] Connection refused"
+        "azure", "spot", "Retail Prices: GET http://127.0.0.1:9/x: [Errno 111] Connection refused", {}
     )
     assert refused.endswith(
         "; check the endpoint: SPOTEVAL_AZURE_PRICES_URL (unset: the public Retail Prices API)"

@@ -3,8 +3,12 @@
 Each provider's reader raises `PriceUnavailable` with whatever its API or client said; `explain`
 turns that into the line every offer of that provider and market carries:
 
-    AWS Price List GetProducts failed: HTTP 500, an HTML page instead of the API's answer; fix: the
-    endpoint: AWS_ENDPOINT_URL_PRICING (unset: AWS itself) does not serve the Price List API
+    AWS Price List GetProducts failed: HTTP 500, an HTML page instead of the API's answer; check the
+    endpoint: AWS_ENDPOINT_URL_PRICING (now AWS_ENDPOINT_URL=http://127.0.0.1:5000)
+
+The endpoint named is the setting to change, with the value in force when the read failed (the
+setting itself or the wider one it falls back to, as the client reads them), or what is used when
+none is set.
 
 What is wrong is guessed from the words of the answer: credentials (a missing key, 401, 403, a
 refused signature) or the endpoint (no connection, a name that does not resolve, an HTML page,
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,32 +28,56 @@ _AWS_CREDENTIALS: Final = "AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID an
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """Where a price API is: the settings that move it (the first is the one to set; the client
+    falls back to the next ones in order) and what is used when none is set."""
+
+    settings: tuple[str, ...]
+    default: str
+
+    def describe(self, env: Mapping[str, str]) -> str:
+        """The setting to change, with the value in force: `NAME (now VALUE)` or `NAME (unset: DEFAULT)`."""
+        first = self.settings[0]
+        for name in self.settings:
+            value = env.get(name, "")
+            if value:
+                return f"{first} (now {value})" if name == first else f"{first} (now {name}={value})"
+        return f"{first} (unset: {self.default})"
+
+
+@dataclass(frozen=True)
 class PriceApi:
     """One price API as a user sets it up: its name, how it is given credentials, where it is."""
 
     name: str
     credentials: str | None
-    endpoint: str | None
+    endpoint: Endpoint | None
 
 
 _GCP: Final = PriceApi(
     "GCP Cloud Billing Catalog",
     "an API key in SPOTEVAL_GCP_BILLING_API_KEY",
-    "SPOTEVAL_GCP_CATALOG_URL (unset: Google's)",
+    Endpoint(("SPOTEVAL_GCP_CATALOG_URL",), "Google's"),
 )
 _AZURE: Final = PriceApi(
-    "Azure Retail Prices", None, "SPOTEVAL_AZURE_PRICES_URL (unset: the public Retail Prices API)"
+    "Azure Retail Prices", None, Endpoint(("SPOTEVAL_AZURE_PRICES_URL",), "the public Retail Prices API")
 )
-_RUNPOD: Final = PriceApi("Runpod REST v2 catalog", "RUNPOD_API_KEY", "RUNPOD_REST_URL (unset: Runpod's own)")
+_RUNPOD: Final = PriceApi(
+    "Runpod REST v2 catalog", "RUNPOD_API_KEY", Endpoint(("RUNPOD_REST_URL",), "Runpod's own")
+)
 _NEBIUS: Final = PriceApi("Nebius SpotPriceService.List", "NEBIUS_IAM_TOKEN, or a Nebius CLI profile", None)
 
 #: (provider, market) -> the API that prices it (endpoint settings: spoteval/offers/build.py)
 APIS: Final[dict[tuple[str, str], PriceApi]] = {
     ("aws", "spot"): PriceApi(
-        "EC2 DescribeSpotPriceHistory", _AWS_CREDENTIALS, "AWS_ENDPOINT_URL_EC2 (unset: AWS itself)"
+        "EC2 DescribeSpotPriceHistory",
+        _AWS_CREDENTIALS,
+        Endpoint(("AWS_ENDPOINT_URL_EC2", "AWS_ENDPOINT_URL"), "AWS itself"),
     ),
     ("aws", "on_demand"): PriceApi(
-        "AWS Price List GetProducts", _AWS_CREDENTIALS, "AWS_ENDPOINT_URL_PRICING (unset: AWS itself)"
+        "AWS Price List GetProducts",
+        _AWS_CREDENTIALS,
+        Endpoint(("AWS_ENDPOINT_URL_PRICING", "AWS_ENDPOINT_URL"), "AWS itself"),
     ),
     ("gcp", "spot"): _GCP,
     ("gcp", "on_demand"): _GCP,
@@ -94,8 +123,10 @@ def clean(text: str) -> str:
     return text if len(text) <= _MAX else text[: _MAX - 3] + "..."
 
 
-def explain(provider: str, market: str, text: str) -> str:
-    """The one line for a failed price read of `provider`'s `market` (see the module docstring)."""
+def explain(provider: str, market: str, text: str, env: Mapping[str, str] | None = None) -> str:
+    """The one line for a failed price read of `provider`'s `market` (see the module docstring);
+    `env` is where the endpoint settings are read (the process's environment by default)."""
+    env = os.environ if env is None else env
     api = APIS.get((provider, market), PriceApi(f"the {provider} price API", None, None))
     detail = clean(text)
     credentials = _CREDENTIALS.search(text) is not None
@@ -103,11 +134,12 @@ def explain(provider: str, market: str, text: str) -> str:
     fixes: list[str] = []
     if credentials and api.credentials:
         fixes.append(f"the credentials: {api.credentials}")
-    if endpoint and api.endpoint:
-        fixes.append(f"the endpoint: {api.endpoint}")
+    where = api.endpoint.describe(env) if api.endpoint else None
+    if endpoint and where:
+        fixes.append(f"the endpoint: {where}")
     if not fixes:
         fixes = [f"the credentials: {api.credentials}"] if api.credentials else []
-        fixes += [f"the endpoint: {api.endpoint}"] if api.endpoint else []
+        fixes += [f"the endpoint: {where}"] if where else []
     fixes = [f for f in fixes if not _already_named(f, detail)]
     fix = f"; check {' and '.join(fixes)}" if fixes else ""
     return f"{api.name} failed: {detail}{fix}"
