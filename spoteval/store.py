@@ -225,7 +225,21 @@ class Store:
         return sorted(keys)
 
 
+#: the code and message of an S3 or Azure XML error body (`<Error><Code>NoSuchBucket</Code><Message>...`)
+_XML_ERROR: Final = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
+
+
 def _short(exc: BaseException) -> str:
-    """First line of an obstore error (they carry multi-line debug dumps)."""
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    """First line of an obstore error (they carry multi-line debug dumps); an XML error body that
+    the first line only begins (`404 Not Found: <?xml ...?>`) is given as its code and message."""
+    raw = str(exc).strip()
+    text = raw.splitlines()
+    if not text:
+        return type(exc).__name__
+    first = text[0]
+    body = _XML_ERROR.search(raw)
+    start = first.find("<?xml")
+    if body is not None and start >= 0:
+        message = body.group(2).strip().splitlines()
+        first = first[:start].rstrip() + f" {body.group(1)}" + (f" ({message[0]})" if message else "")
+    return first[:300]

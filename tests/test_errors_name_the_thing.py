@@ -65,6 +65,22 @@ def test_a_plain_http_endpoint_names_the_setting_that_allows_it(
     assert Store("s3://plain-http-bucket/evals").list("runs/") == []
 
 
+def test_a_missing_bucket_is_named_by_the_services_code_not_its_xml(
+    moto_server: servers.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in moto_server.env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(StoreError) as info:
+        Store("s3://no-such-bucket/evals").list("runs/")
+    message = str(info.value)
+    assert message.startswith("list s3://no-such-bucket/evals/runs/: Generic S3 error: ")
+    assert message.endswith(
+        "Server returned non-2xx status code: 404 Not Found: NoSuchBucket "
+        "(The specified bucket does not exist)"
+    )
+    assert "<" not in message and "\n" not in message
+
+
 def test_empty_and_malformed_files_name_the_file_and_the_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
