@@ -44,7 +44,7 @@ def test_cli_as_a_user_runs_it_prints_the_json_decision() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert set(doc) == {"decision", "reasons", "inputs", "options", "break_even", "simulated"}
+    assert set(doc) == {"decision", "reasons", "inputs", "options", "break_even", "simulated", "spot_policy"}
     assert doc["decision"] == "spot"
     assert set(doc["options"]) == {"spot", "on_demand", "non_preemptible"}
     assert set(doc["options"]["spot"]) == {
@@ -55,11 +55,19 @@ def test_cli_as_a_user_runs_it_prints_the_json_decision() -> None:
         "p_deadline",
         "eligible",
         "why_not",
+        "policy",
     }
+    assert doc["options"]["spot"]["policy"] == doc["spot_policy"]["policy"] == "spot"
     assert set(doc["break_even"]) == {"tau_hours", "price_ratio"}
     assert doc["options"]["spot"]["expected_cost"] == pytest.approx(15.63892758, rel=1e-9)
     assert doc["simulated"]["runs"] == 2000
-    assert set(doc["simulated"]["strategies"]) == {"spot", "spot_safety_net", "on_demand", "non_preemptible"}
+    assert set(doc["simulated"]["strategies"]) == {
+        "spot",
+        "spot_safety_net",
+        "uniform_progress",
+        "on_demand",
+        "non_preemptible",
+    }
 
 
 def test_cli_bad_input_as_a_user_sees_it_is_one_line_without_traceback(tmp_path: Path) -> None:
@@ -284,15 +292,31 @@ def test_plot_to_an_unwritable_place_is_bad_input(capsys: pytest.CaptureFixture[
 
 def test_trace_replay_reports_the_trace_and_its_warnings(capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = run_json(capsys, "--trace", str(TRACE))
-    assert code == 3  # the V100 trace's lifetimes make spot miss the 24 h deadline; the cap excludes the rest
+    # the V100 trace, replayed in order, makes spot alone miss the 24 h deadline; the policies that
+    # meet it go on-demand at 3.40, above the cap of 2.00, which also excludes the other options
+    assert code == 3
     sim = doc["simulated"]
-    assert "45 trace lifetimes" in sim["lifetimes"]
-    assert "44 trace capacity waits" in sim["waits"]
+    assert sim["engine"] == "ticks"
+    assert "replayed in order from 2000 start ticks of the preemption trace" in sim["ticks"]
+    assert sim["trace"]["kind"] == "preemption"
     assert sim["trace"]["preemptions"] == 45
     assert sim["trace"]["tau_hours"] == pytest.approx(0.817, rel=0.01)
     assert any("not exponential" in w for w in sim["warnings"])
     assert any("outside the trace's 95% interval" in w for w in sim["warnings"])
-    assert doc["options"]["spot"]["p_deadline"] < 0.9
+    assert sim["strategies"]["spot"]["p_deadline"] < 0.9
+    spot = doc["options"]["spot"]
+    assert spot["policy"] == doc["spot_policy"]["policy"] == "spot_safety_net"
+    assert spot["p_deadline"] == sim["strategies"]["spot_safety_net"]["p_deadline"] == 1.0
+    assert spot["why_not"] == (
+        "its policy spot_safety_net goes on-demand at 3.40 per node-hour, above the grant's price_cap 2.00"
+    )
+    assert not doc["spot_policy"]["meets_deadline"]
+    # drawn independently (the order-free replay), the lifetimes and waits are the trace's runs
+    code, doc = run_json(capsys, "--trace", str(TRACE), "--replay", "draw")
+    assert code == 3
+    assert doc["simulated"]["engine"] == "lockstep"
+    assert "45 trace lifetimes" in doc["simulated"]["lifetimes"]
+    assert "44 trace capacity waits" in doc["simulated"]["waits"]
     assert cli.main(["--trace", str(TRACE), "--runs", "200"]) == 3
     assert "coefficient of variation 1.34" in capsys.readouterr().out
 
@@ -302,8 +326,17 @@ def test_a_trace_that_cannot_be_read_is_bad_input(capsys: pytest.CaptureFixture[
     assert "trace file not found" in capsys.readouterr().err
     never = tmp_path / "never.json"
     never.write_text('{"metadata": {"gap_seconds": 60}, "data": [0, 0, 0]}')
-    assert cli.main(["--trace", str(never)]) == 2
+    assert cli.main(["--trace", str(never), "--replay", "draw", "--runs", "50"]) == 2
     assert "no preemption in the trace" in capsys.readouterr().err
+    # in order, a preemption trace that never preempts is spot that is never taken
+    assert cli.main(["--trace", str(never), "--runs", "50"]) == 0
+    capsys.readouterr()
+    assert cli.main(["--trace", str(never), "--trace-kind", "availability", "--runs", "50"]) == 2
+    assert capsys.readouterr().err == f"error: {never}: spot is never up in the trace: there is nothing to replay\n"
+    assert cli.main(["--replay", "draw"]) == 2
+    assert capsys.readouterr().err == "error: --replay: needs --trace FILE\n"
+    assert cli.main(["--trace", str(never), "--waits", "fixed"]) == 2
+    assert "the ordered replay takes its waits from the trace" in capsys.readouterr().err
 
 
 class _MeasuredLifetime:

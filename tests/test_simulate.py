@@ -298,7 +298,13 @@ def test_bad_simulation_arguments_are_named() -> None:
 
 def test_simulation_json_carries_every_strategy() -> None:
     doc = simulate(parse_workload(EXAMPLE_WORKLOAD), runs=50).to_json()
-    assert set(doc["strategies"]) == {"spot", "spot_safety_net", "on_demand", "non_preemptible"}
+    assert set(doc["strategies"]) == {
+        "spot",
+        "spot_safety_net",
+        "uniform_progress",
+        "on_demand",
+        "non_preemptible",
+    }
     assert {"mean_cost", "cost_p05", "cost_p95", "p_deadline", "mean_wall_hours"} <= set(
         doc["strategies"]["spot"]
     )

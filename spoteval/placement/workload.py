@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Final
 
 from spoteval.config_reader import Reader, is_number, key_path
 from spoteval.grant import Grant, GrantError
+from spoteval.placement.policies import POLICY_CHOICES
 
 #: The options in the order they are reported; ties in cost go to the earlier one.
 OPTIONS: Final = ("spot", "on_demand", "non_preemptible")
@@ -70,6 +71,7 @@ WORKLOAD_KEYS: Final = frozenset(
         "spot_margin",
         "grant",
         "nodes",
+        "deadline_policy",
     }
 )
 RESTART_KEYS: Final = frozenset({"wait_minutes", "boot_minutes"})
@@ -127,6 +129,8 @@ class Workload:
     concurrency_per: str = "node"
     #: k nodes sharing one queue of episodes, each preempted independently, each with its own boot
     nodes: int = 1
+    #: the spot policy under a deadline: "auto" (the cheapest that meets it) or one of POLICIES
+    deadline_policy: str = "auto"
 
     @property
     def rounds(self) -> float:
@@ -137,6 +141,11 @@ class Workload:
     def node_rounds(self) -> float:
         """n / k: the rounds each of the k nodes runs (fluid)."""
         return self.rounds / self.nodes
+
+    @property
+    def work_hours(self) -> float:
+        """The work at on-demand speed on each node: n D / k (fluid, no boot)."""
+        return self.node_rounds * self.episode_hours
 
     @property
     def episode_lengths_hours(self) -> tuple[float, ...]:
@@ -164,6 +173,7 @@ class Workload:
             "spot_margin": self.spot_margin,
             "grant": self.grant.to_json(),
             **({"nodes": self.nodes} if self.nodes > 1 else {}),
+            **({"deadline_policy": self.deadline_policy} if self.deadline_policy != "auto" else {}),
         }
 
 
@@ -235,6 +245,20 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
     except GrantError as err:
         raise PlacementError(err.key, str(err).removeprefix(f"{err.key}: ")) from err
 
+    policy = read.value("deadline_policy") or "auto"
+    if policy not in POLICY_CHOICES:
+        read.fail("deadline_policy", f"must be one of {', '.join(POLICY_CHOICES)}, got {policy!r}")
+    work = episodes / concurrency / nodes * episode_hours
+    if deadline is not None and deadline < work:
+        fewest = math.ceil(episodes / concurrency * episode_hours / deadline - 1e-9)
+        read.fail(
+            "deadline_hours",
+            f"{deadline:g} h is shorter than the work at on-demand speed, {work:.4g} h "
+            f"(N/C{'/k' if nodes > 1 else ''} = {episodes / concurrency / nodes:g} rounds of "
+            f"{episode_hours:.4g} h): no market can meet it (the work fits by then only on "
+            f"{fewest} or more nodes)",
+        )
+
     interval = _interval(read, "lifetime_interval_hours", lifetime)
     return Workload(
         episodes=episodes,
@@ -252,6 +276,7 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         lifetime_interval_hours=interval,
         concurrency_per=per,
         nodes=nodes,
+        deadline_policy=policy,
     )
 
 
