@@ -174,13 +174,16 @@ class TraceAvailability:
         node: int = 0,
         window_hours: float = 0.0,
         boots: Sampler,
+        offsets: IntArray | None = None,
     ) -> None:
         self.trace = trace
         self._up = trace.up(node)
         self._left = _cyclic_run_left(self._up)
         window = min(math.ceil(window_hours / trace.tick_hours), trace.ticks - 1)
         rng = np.random.default_rng(seed)
-        self.offsets: IntArray = rng.integers(0, trace.ticks - window, size=runs)
+        drawn = rng.integers(0, trace.ticks - window, size=runs)
+        #: each run's start tick: drawn, or given (`offsets`, for a replay from known starts)
+        self.offsets: IntArray = drawn if offsets is None else np.asarray(offsets, dtype=np.int64) % trace.ticks
         self._boots = boots
         self._rng = rng
 

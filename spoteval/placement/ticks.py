@@ -194,8 +194,10 @@ def run_ticks(
     *,
     deadline: float | None,
     max_ticks: int = 200_000,
+    timeline: list[tuple[float, str]] | None = None,
 ) -> _Outcome:
-    """`policy` on every run of `availability` (see the module docstring)."""
+    """`policy` on every run of `availability` (see the module docstring). `timeline`, when given,
+    receives run 0's changes of market: (time, "spot" | "on_demand" | "idle")."""
     runs = od_boot.size
     tick = availability.tick_hours
     work: _Rounds | _Slots = (
@@ -222,6 +224,8 @@ def run_ticks(
             boot=w.boot_hours,
             tick=tick,
         )
+        if timeline is not None:
+            _watch(timeline, s, new, t)
         _change(
             s,
             work=work,
@@ -237,6 +241,17 @@ def run_ticks(
         if done.any():
             s.keep(~done)
     raise _TooLong(f"more than {max_ticks} ticks of {tick:g} h in a run")
+
+
+_NAMES: Final = {IDLE: "idle", SPOT: "spot", ON_DEMAND: "on_demand"}
+
+
+def _watch(timeline: list[tuple[float, str]], s: _Runs, new: IntArray, t: float) -> None:
+    first = np.flatnonzero(s.ids == 0)
+    if first.size:
+        market = _NAMES[int(new[first[0]])]
+        if not timeline or timeline[-1][1] != market:
+            timeline.append((t, market))
 
 
 def _change(
