@@ -51,7 +51,8 @@ def workload(deadline: float) -> Any:
 
 
 def inverted(trace: Trace) -> Trace:
-    return Trace(trace.source, trace.gap_seconds, trace.kind, tuple(1.0 - v for v in trace.values))
+    """The same file read the other way round: 1 = no capacity (the simulator's internal reading)."""
+    return Trace(trace.source, trace.gap_seconds, trace.kind, trace.values, reading="preempted")
 
 
 Means = dict[tuple[float, str], list[float]]
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=300, help="start times per trace (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     args = parser.parse_args(argv)
-    traces = [read_trace_file(path, "availability") for path in sorted(TRACES.glob("*.json"))]
+    traces = [read_trace_file(path) for path in sorted(TRACES.glob("*.json"))]
     start = time.perf_counter()
     print(f"Can't Be Late setting: 48 h job, d = 0.2 h, {args.runs} start times per trace, seed {args.seed}")
     print("  cost = mean cost / on-demand's; spot h = work done on spot (of 48 h); met = p(deadline)")

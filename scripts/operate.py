@@ -28,7 +28,7 @@ from spoteval.clouds import ControlPlaneError
 from spoteval.config_reader import DocumentError
 from spoteval.grant import GrantError
 from spoteval.operate import Operator, Timing
-from spoteval.operate.inputs import OperateError, load_inputs, open_planes, plane_config
+from spoteval.operate.inputs import OperateError, deadline_watch, load_inputs, open_planes, plane_config
 from spoteval.operate.loop import blocked
 from spoteval.record import RecordError
 from spoteval.store import Store, StoreError
@@ -96,19 +96,22 @@ def run(args: argparse.Namespace) -> int:
         timing=timing,
         start_timeout_s=args.start_timeout,
         say=lambda line: print(f"[{_stamp()}] {line}", flush=True),
+        watch=deadline_watch(inputs),
     )
     if args.command == "status":
         statuses = operator.status()
+        advice = operator.deadline_advice(statuses)
+        command = operator.watch.command(advice) if operator.watch and advice else None
         if args.json:
-            print(
-                json.dumps(
-                    {"run_id": inputs.outputs.run_id, "nodes": [s.to_json() for s in statuses]}, indent=2
-                )
-            )
+            nodes = [s.to_json() for s in statuses]
+            found = {**advice.to_json(), "command": command} if advice else None
+            print(json.dumps({"run_id": inputs.outputs.run_id, "nodes": nodes, "deadline": found}, indent=2))
         else:
             for s in statuses:
                 state = f"{s.state.status} ({s.state.raw})" if s.state else "unknown"
                 print(f"{s.node}: {s.label}; provider: {state}; {s.detail}")
+            if advice is not None:
+                print(advice.text(command))
         return 0
     print(
         f"operating run {inputs.outputs.run_id} ({inputs.source}, {inputs.outputs.provider}): "

@@ -1,7 +1,7 @@
 """Where to run an evaluation: spot, on-demand, or a non-preemptible box, and why.
 
     python -m scripts.placement [WORKLOAD.yaml] [--stack NAME] [--stacks-dir DIR] [--json]
-                                [--plot FILE.png] [--trace FILE] [--trace-kind KIND]
+                                [--plot FILE.png] [--trace FILE] [--trace-values HOW]
                                 [--replay {ordered,draw}] [--runs N] [--seed S]
                                 [--waits {fixed,exponential,trace}]
     python -m scripts.placement --offers --stack NAME [--stack NAME ...] [...]   (spoteval.offers.command)
@@ -142,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="write expected cost against tau to a PNG file")
     parser.add_argument("--trace", metavar="FILE", help="replay a spot trace (in order, tick by tick)")
-    parser.add_argument("--trace-kind", choices=placement.TRACE_KINDS, help="default: from its folder")
+    parser.add_argument(
+        "--trace-values", choices=placement.TRACE_READINGS, help="count (default) or preempted"
+    )
     parser.add_argument("--replay", choices=placement.REPLAY_MODES, help="ordered (default) or draw")
     parser.add_argument(
         "--runs", type=_positive_int, default=DEFAULT_RUNS, help="simulated runs (default: %(default)s)"
@@ -171,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         trace=args.trace,
         waits=args.waits,
-        trace_kind=args.trace_kind,
+        trace_values=args.trace_values,
         replay=args.replay,
     )
     if args.plot:

@@ -198,19 +198,23 @@ def test_the_rules_one_state_at_a_time() -> None:
 
 
 def test_each_kind_of_trace_is_read_its_own_way() -> None:
-    avail = read_trace_file(AVAILABILITY[0], trace_kind(AVAILABILITY[0]))
+    avail = read_trace_file(AVAILABILITY[0])
     assert avail.kind == "availability" and not avail.counts
     assert avail.source.endswith("us-west-2a_k80_1.json")
     # the published value is "the number of available instances": this file is up 3477 of 3895 ticks
     assert (avail.ticks, int(avail.up().sum())) == (3895, 3477)
-    pre = read_trace_file(PREEMPTION[0], trace_kind(PREEMPTION[0]))
-    assert pre.kind == "preemption" and pre.values[0] == 0 and bool(pre.up()[0])
+    # a preemption trace counts the instances running: it starts at 0, before the first one runs
+    pre = read_trace_file(PREEMPTION[0])
+    assert pre.kind == "preemption" and pre.values[0] == 0 and not bool(pre.up()[0])
+    assert pre.source.endswith("us-east-1c_v100_1.json")
+    assert (pre.ticks, int(pre.up().sum())) == (19961, 6274)
+    # the paper's simulator's own files read the other way round
+    assert read_trace_file(PREEMPTION[0], "preempted").up()[0]
     counts = Trace("16-node", 300, "availability", (0.0, 3.0, 16.0))
     assert counts.counts
     assert counts.up(0).tolist() == [False, True, True]
     assert counts.up(3).tolist() == [False, False, True]  # node 3 needs 4 instances
-    assert trace_kind("elsewhere/g5.json") == "preemption"
-    assert trace_kind("elsewhere/g5.json", "availability") == "availability"
+    assert trace_kind("elsewhere/g5.json") == "trace"
 
 
 def test_run_lengths_read_the_trace_as_a_cycle() -> None:
@@ -246,7 +250,7 @@ def test_drawn_lifetimes_are_laid_end_to_end() -> None:
 
 @pytest.mark.parametrize("policy", ["spot", "spot_safety_net", "uniform_progress"])
 def test_samples_of_one_length_run_as_that_length(policy: str) -> None:
-    trace = read_trace_file(AVAILABILITY[6], "availability")  # us-west-2b V100
+    trace = read_trace_file(AVAILABILITY[6])  # us-west-2b V100
     one = workload(episodes=200, episode_minutes=12, concurrency=4, deadline_hours=14)
     same = workload(
         episodes=200, episode_minutes=None, episode_minutes_samples=[12, 12], concurrency=4, deadline_hours=14
@@ -286,7 +290,7 @@ def test_list_scheduling_on_ticks_is_the_makespan_of_one_event_at_a_time() -> No
 
 @pytest.mark.parametrize("path", [*AVAILABILITY, *PREEMPTION], ids=lambda p: p.stem)
 def test_uniform_progress_never_misses_a_deadline_that_greedy_meets(path: Path) -> None:
-    trace = read_trace_file(path, trace_kind(path))
+    trace = read_trace_file(path)
     offsets = np.random.default_rng(5).integers(0, trace.ticks, size=150).tolist()
     # one episode length (38 rounds of 12 min, B = 9 min): the 2B reserve leaves on-demand the time it
     # needs, so neither misses, with 2.4 h of slack or with 0.45 h (on-demand alone needs 7.75 h)
@@ -312,7 +316,7 @@ def test_uniform_progress_never_misses_a_deadline_that_greedy_meets(path: Path) 
 
 
 def test_the_simulation_replays_a_trace_in_order_for_every_spot_policy() -> None:
-    trace = read_trace_file(AVAILABILITY[2], "availability")  # us-west-2a V100
+    trace = read_trace_file(AVAILABILITY[2])  # us-west-2a V100
     w = workload(episodes=2400, episode_minutes=1.2, deadline_hours=52 * 48 / 48)
     sim = simulate(w, runs=100, seed=2, trace=trace)
     assert sim.engine == "ticks"
@@ -323,3 +327,29 @@ def test_the_simulation_replays_a_trace_in_order_for_every_spot_policy() -> None
     assert up.spot_work_hours > net.spot_work_hours
     assert up.mean_cost < net.mean_cost
     assert up.first_switch is not None and up.first_switch.to_deadline_hours is not None
+
+
+@pytest.mark.parametrize("path", [PREEMPTION[2], AVAILABILITY[2]], ids=lambda p: p.stem)
+def test_spot_alone_on_a_trace_is_the_tick_engines_spot_without_the_ticks(path: Path) -> None:
+    # spot alone's allocations are the trace's up-runs: the event engine runs them at once
+    from spoteval.placement.simulate import _child, _Runner
+
+    trace = read_trace_file(path)
+    w = workload(episodes=2000, episode_minutes=12, concurrency=32, deadline_hours=None)
+    runner = _Runner(
+        w,
+        runs=300,
+        seed=3,
+        samplers=(Fixed(1.0), Fixed(0.5), Fixed(w.boot_hours)),
+        engine="lockstep",
+        trace=trace,
+        max_allocations=20_000,
+    )
+    fast = runner.run("spot")
+    ticks = run_ticks(
+        w, runner._availability(0), "spot", runner.od_boot, _child(runner.seq_episodes, 0), deadline=None
+    )
+    assert fast.wall == pytest.approx(ticks.wall)
+    assert fast.spot_billed == pytest.approx(ticks.spot_billed)
+    assert (fast.preemptions == ticks.preemptions).all()
+    assert (fast.wall > ticks.spot_billed).any()  # some runs start in a down-run or wait between runs

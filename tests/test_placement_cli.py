@@ -299,8 +299,8 @@ def test_trace_replay_reports_the_trace_and_its_warnings(capsys: pytest.CaptureF
     assert sim["engine"] == "ticks"
     assert "replayed in order from 2000 start ticks of the preemption trace" in sim["ticks"]
     assert sim["trace"]["kind"] == "preemption"
-    assert sim["trace"]["preemptions"] == 45
-    assert sim["trace"]["tau_hours"] == pytest.approx(0.817, rel=0.01)
+    assert sim["trace"]["preemptions"] == 44
+    assert sim["trace"]["tau_hours"] == pytest.approx(3.20, rel=0.01)
     assert any("not exponential" in w for w in sim["warnings"])
     assert any("outside the trace's 95% interval" in w for w in sim["warnings"])
     assert sim["strategies"]["spot"]["p_deadline"] < 0.9
@@ -315,10 +315,10 @@ def test_trace_replay_reports_the_trace_and_its_warnings(capsys: pytest.CaptureF
     code, doc = run_json(capsys, "--trace", str(TRACE), "--replay", "draw")
     assert code == 3
     assert doc["simulated"]["engine"] == "lockstep"
-    assert "45 trace lifetimes" in doc["simulated"]["lifetimes"]
+    assert "44 trace lifetimes" in doc["simulated"]["lifetimes"]
     assert "44 trace capacity waits" in doc["simulated"]["waits"]
     assert cli.main(["--trace", str(TRACE), "--runs", "200"]) == 3
-    assert "coefficient of variation 1.34" in capsys.readouterr().out
+    assert "coefficient of variation 1.60" in capsys.readouterr().out
 
 
 def test_a_trace_that_cannot_be_read_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -326,13 +326,20 @@ def test_a_trace_that_cannot_be_read_is_bad_input(capsys: pytest.CaptureFixture[
     assert "trace file not found" in capsys.readouterr().err
     never = tmp_path / "never.json"
     never.write_text('{"metadata": {"gap_seconds": 60}, "data": [0, 0, 0]}')
-    assert cli.main(["--trace", str(never), "--replay", "draw", "--runs", "50"]) == 2
+    # the published values count the instances up: no tick has one
+    assert cli.main(["--trace", str(never), "--runs", "50"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: {never}: spot is never up in the trace: there is nothing to replay\n"
+    )
+    # read as the paper's simulator reads its own files (0 = up): spot that is never taken
+    assert (
+        cli.main(["--trace", str(never), "--trace-values", "preempted", "--replay", "draw", "--runs", "50"])
+        == 2
+    )
     assert "no preemption in the trace" in capsys.readouterr().err
-    # in order, a preemption trace that never preempts is spot that is never taken
-    assert cli.main(["--trace", str(never), "--runs", "50"]) == 0
+    assert cli.main(["--trace", str(never), "--trace-values", "preempted", "--runs", "50"]) == 0
     capsys.readouterr()
-    assert cli.main(["--trace", str(never), "--trace-kind", "availability", "--runs", "50"]) == 2
-    assert capsys.readouterr().err == f"error: {never}: spot is never up in the trace: there is nothing to replay\n"
     assert cli.main(["--replay", "draw"]) == 2
     assert capsys.readouterr().err == "error: --replay: needs --trace FILE\n"
     assert cli.main(["--trace", str(never), "--waits", "fixed"]) == 2

@@ -20,7 +20,7 @@ The names below are the package's interface (`from spoteval import placement; pl
 
 from __future__ import annotations
 
-from spoteval.placement.availability import REPLAY_MODES, TRACE_KINDS
+from spoteval.placement.availability import REPLAY_MODES, TRACE_KINDS, TRACE_READINGS
 from spoteval.placement.choice import PolicyChoice, choose_policy
 from spoteval.placement.closed_form import Estimate, closed_form, hours, money, spot_billed_hours
 from spoteval.placement.decision import (
@@ -81,6 +81,7 @@ __all__ = [
     "RESTART_KEYS",
     "STACK_WORKLOAD_KEY",
     "TRACE_KINDS",
+    "TRACE_READINGS",
     "WAIT_MODELS",
     "WORKLOAD_KEYS",
     "BreakEven",

@@ -3,21 +3,27 @@ or the simulation's drawn lifetimes and waits laid end to end.
 
 Trace files (`{"metadata": {"gap_seconds": G}, "data": [v0, v1, ...]}`, one value per tick of G
 seconds; the spot traces of Wu et al., "Can't Be Late: Optimizing Spot Instance Savings under
-Deadlines", NSDI 2024, in tests/data/traces/) come in two kinds, told apart by the folder they are
-published in (`availability/...`, `preemption/...`; neither: preemption) or by `--trace-kind`:
+Deadlines", NSDI 2024, in tests/data/traces/) come in two kinds, named by the folder they are
+published in: `availability/...` (a spot instance launched and terminated every 10 minutes, as a
+probe) and `preemption/...` (spot instances kept running). In both, the published value is the
+number of instances available or running at the tick (the source's README: "each data point is the
+number of available instances"; its author on the preemption traces, spot-traces issue 1: "0 and 1
+indicate the number of the available spot instances at the timestamp"): a 1-node trace is 1 or 0, a
+16-node trace counts 0-16. Checked against the data:
 
-- `availability`: the number of spot instances that could be launched at the tick (the source's
-  README: "the number of available instances"). A 1-node trace is 1 (a probe launched one) or 0; a
-  16-node trace counts 0-16. Checked against the collector: its raw log records `fail` = 1 when the
-  probe could not launch, and the published files are exactly 1 - fail, tick for tick, for all eight
-  files of aws-10-26-2022; the 2023 files equal the collector's `availability` column (1 =
-  available). The paper's simulator reads its own internal files the other way round (`not
-  trace[tick]`, 1 = preempted) and converts these before reading them.
-- `preemption`: one spot instance kept running; 0 while it runs, non-zero while it does not
-  (preempted, waiting for capacity): the traces start at 0.
+- availability: the collector's raw log records `fail` = 1 when the probe could not launch, and the
+  published files are exactly 1 - fail, tick for tick, for all eight files of aws-10-26-2022; the
+  2023 files equal the collector's `availability` column (1 = available);
+- preemption: the files start at 0 (no instance yet) and the paper's real-workload traces have
+  "spot availabilities ranging from 70% to 90%" (section 7.2): read as 1 = running, the V100 trace
+  of us-west-2b it used for ML training is up 79% of its ticks (read the other way, 21%, which would
+  leave its reported 48% saving out of reach), and three GCP files are never preempted in 2 days
+  (the other way: never running).
 
-So in both kinds a tick is *up* (spot capacity there) when: availability, value >= 1 (for node j of
-a pool on a multi-node trace, value > j); preemption, value == 0.
+The paper's simulator reads its own internal files the other way round (`not trace[tick]`: 1 =
+preempted) and converts the published ones before reading them. So a tick is *up* (spot capacity
+there) when the value is >= 1, and for node j of a pool on a multi-node trace when it is > j; a file
+in the simulator's internal convention is read with `reading="preempted"` (up where the value is 0).
 
 Ordered replay (`TraceAvailability`): run r starts at tick `offset_r` of the trace (seeded, uniform
 over the ticks from which the deadline still fits in the trace) and sees the trace's ticks in order
@@ -38,10 +44,14 @@ from typing import Final, Protocol
 
 import numpy as np
 
+from spoteval.placement.engine import BLOCK, _Draws, _TooLong
 from spoteval.placement.samplers import BoolArray, FloatArray, IntArray, Sampler
 from spoteval.placement.workload import PlacementError
 
 TRACE_KINDS: Final = ("availability", "preemption")
+#: how a trace's values read: the number of instances up (the published files), or non-zero when no
+#: capacity is there (the paper's simulator's internal files)
+TRACE_READINGS: Final = ("count", "preempted")
 #: how a trace's availability is used: replayed in order, or its runs drawn independently
 REPLAY_MODES: Final = ("ordered", "draw")
 
@@ -55,8 +65,9 @@ class Trace:
 
     source: str
     gap_seconds: float
-    kind: str
+    kind: str  # availability, preemption, or trace (a folder that names neither)
     values: tuple[float, ...]
+    reading: str = "count"
 
     @cached_property
     def _array(self) -> FloatArray:
@@ -72,12 +83,12 @@ class Trace:
 
     @property
     def counts(self) -> bool:
-        """A multi-node availability trace: each value counts the instances that could be launched."""
-        return self.kind == "availability" and float(self._array.max()) > 1
+        """A multi-node trace: each value counts the instances available or running."""
+        return self.reading == "count" and float(self._array.max()) > 1
 
     def up(self, node: int = 0) -> BoolArray:
         """Whether spot capacity is there at each tick for node `node` (see the module docstring)."""
-        if self.kind == "preemption":
+        if self.reading == "preempted":
             up: BoolArray = self._array == 0
         else:
             up = self._array >= (node + 1 if self.counts else 1)
@@ -88,24 +99,17 @@ class Trace:
         return f"{self.kind} trace {self.source} ({self.ticks} ticks of {self.gap_seconds:g} s, {up:.0%} up)"
 
 
-def trace_kind(path: str | Path, given: str | None = None) -> str:
-    """The kind of the trace at `path`: `given`, else the folder it is published in (`availability/`
-    or `preemption/`), else `preemption` (one instance kept running: what a run's own record is)."""
-    if given is not None:
-        if given not in TRACE_KINDS:
-            raise PlacementError("--trace-kind", f"must be one of {', '.join(TRACE_KINDS)}, got {given!r}")
-        return given
-    parts = set(Path(path).parts)
-    found = [kind for kind in TRACE_KINDS if kind in parts]
-    if len(found) > 1:
-        raise PlacementError(
-            str(path), "its folders name both kinds of trace: give --trace-kind availability or preemption"
-        )
-    return found[0] if found else "preemption"
+def trace_kind(path: str | Path) -> str:
+    """The kind of the trace at `path`, from the folder it is published in (it does not change how
+    its values read): `availability`, `preemption`, or `trace` when no folder names one."""
+    found = [kind for kind in TRACE_KINDS if kind in Path(path).parts]
+    return found[0] if len(found) == 1 else "trace"
 
 
-def read_trace_file(path: str | Path, kind: str) -> Trace:
-    """Read a trace file. Errors name the file and the problem."""
+def read_trace_file(path: str | Path, reading: str = "count") -> Trace:
+    """Read a trace file (`reading`: one of TRACE_READINGS). Errors name the file and the problem."""
+    if reading not in TRACE_READINGS:
+        raise PlacementError("--trace-values", f"must be one of {', '.join(TRACE_READINGS)}, got {reading!r}")
     path = Path(path)
     key = str(path)
     try:
@@ -127,7 +131,8 @@ def read_trace_file(path: str | Path, kind: str) -> Trace:
         raise PlacementError(f"{key}: data", "must be a non-empty list of ticks")
     if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in data):
         raise PlacementError(f"{key}: data", "ticks must be numbers >= 0")
-    return Trace(source=key, gap_seconds=float(gap), kind=kind, values=tuple(float(v) for v in data))
+    values = tuple(float(v) for v in data)
+    return Trace(source=key, gap_seconds=float(gap), kind=trace_kind(path), values=values, reading=reading)
 
 
 # --- what the tick engine asks ------------------------------------------------------------------
@@ -183,7 +188,8 @@ class TraceAvailability:
         rng = np.random.default_rng(seed)
         drawn = rng.integers(0, trace.ticks - window, size=runs)
         #: each run's start tick: drawn, or given (`offsets`, for a replay from known starts)
-        self.offsets: IntArray = drawn if offsets is None else np.asarray(offsets, dtype=np.int64) % trace.ticks
+        given = None if offsets is None else np.asarray(offsets, dtype=np.int64) % trace.ticks
+        self.offsets: IntArray = drawn if given is None else given
         self._boots = boots
         self._rng = rng
 
@@ -200,6 +206,57 @@ class TraceAvailability:
 
     def describe(self) -> str:
         return f"replayed in order from {self.offsets.size} start ticks of the {self.trace.describe()}"
+
+
+class TraceDraws(_Draws):
+    """The allocations spot alone gets from a trace replayed in order, as draws for the event engines:
+    allocation k of run r is the k-th up-run from its start tick (the first one cut where the run
+    starts inside it), its wait the down-run before it; `initial_wait` is the down-run a run starts
+    in (the engines start the first allocation at once: it is added to the wall time). Exactly what
+    the tick engine's `spot` gives, without stepping through the ticks."""
+
+    def __init__(
+        self, availability: TraceAvailability, runs: int, boots: Sampler, seed: np.random.SeedSequence
+    ):
+        super().__init__(runs, boots, boots, boots, seed)
+        up, g = availability._up, availability.trace.tick_hours
+        self._boots = boots
+        n = up.size
+        if not bool(up.any()):
+            raise _TooLong("spot is never up in the trace")
+        if bool(up.all()):
+            self._up_len = np.array([np.inf])
+            self._down_len = np.array([0.0])
+            self._first = np.zeros(runs, dtype=np.int64)
+            self.initial_wait = np.zeros(runs)
+            self._cut = np.full(runs, np.inf)
+            return
+        rot = int(np.flatnonzero(up != np.roll(up, 1))[0])  # a tick where a run begins
+        ring = np.roll(up, -rot)
+        begins = np.concatenate([[0], np.flatnonzero(ring[1:] != ring[:-1]) + 1])
+        lengths = np.diff(np.concatenate([begins, [n]]))
+        is_up = ring[begins]
+        ups = np.flatnonzero(is_up)  # run indices of the up-runs, in cyclic order
+        self._up_len = lengths[ups] * g
+        self._down_len = lengths[(ups - 1) % lengths.size] * g  # the down-run before each up-run
+        pos = (availability.offsets - rot) % n
+        run = np.searchsorted(begins, pos, side="right") - 1
+        left = (begins[run] + lengths[run] - pos) * g  # to the end of the run a start falls in
+        inside = is_up[run]
+        nth = np.cumsum(is_up) - 1  # up-run number of each run (for up-runs)
+        self._first = np.where(inside, nth[run], (nth[run] + 1) % ups.size)
+        self.initial_wait = np.where(inside, 0.0, left)
+        self._cut = np.where(inside, left, np.inf)  # the first allocation's length, if cut
+
+    def _block(self, block: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        ks = block * BLOCK + np.arange(BLOCK)
+        index = (self._first[:, None] + ks[None, :]) % self._up_len.size
+        life = self._up_len[index]
+        if block == 0:
+            life[:, 0] = np.minimum(life[:, 0], self._cut)
+        wait = self._down_len[index]
+        boot = self._boots.sample(self._rng, (self.runs, BLOCK))
+        return life, wait, boot
 
 
 class Draws(Protocol):

@@ -122,12 +122,10 @@ def policy_reasons(choice: PolicyChoice, workload: Workload, runs: int) -> list[
         else f"the cheapest of the spot policies of {CITATION} that meets the {hours(deadline)} deadline "
         f"with probability >= {workload.deadline_confidence:g} within the grant"
     )
-    out = [f"spot policy: {choice.name} ({choice.rule}), {why}: {listed}."]
+    out = [f"spot policy: {choice.name}, {why}: {listed}."]
     if choice.name == "spot":
         return out
-    out.append(
-        f"{choice.name} switches by hours of work left W against hours to the deadline R: {choice.rule}."
-    )
+    out.append(f"{choice.name}'s rule, in hours of work left W and hours to the deadline R: {choice.rule}.")
     first = choice.result.first_switch
     if first is None:
         out.append(f"in {runs} simulated runs it never went on-demand.")

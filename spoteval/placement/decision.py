@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from spoteval.placement.availability import REPLAY_MODES, Trace, read_trace_file, trace_kind
+from spoteval.placement.availability import REPLAY_MODES, Trace, read_trace_file
 from spoteval.placement.choice import PolicyChoice, choose_policy, policy_reasons
 from spoteval.placement.closed_form import closed_form, money
 from spoteval.placement.lifetime import LifetimeEstimate, trace_runs
@@ -55,20 +55,20 @@ def simulation_inputs(
     *,
     trace: str | Path | None = None,
     waits: str | None = None,
-    kind: str | None = None,
+    reading: str | None = None,
     replay: str | None = None,
 ) -> SimulationInputs:
     """Lifetimes and waits for the simulation: exponential/fixed, or from a `trace` file.
 
-    `kind` is the trace's kind (spoteval.placement.availability.TRACE_KINDS; by default from its
-    folder), `replay` "ordered" (the default: the trace's spot capacity in order) or "draw" (its
-    lifetimes and waits drawn independently). `waits` is one of WAIT_MODELS; by default "trace"
-    with a trace, else "fixed"; the ordered replay takes its waits from the trace.
+    `reading` is how the trace's values read (spoteval.placement.availability.TRACE_READINGS; by
+    default `count`, the published files), `replay` "ordered" (the default: the trace's spot capacity
+    in order) or "draw" (its lifetimes and waits drawn independently). `waits` is one of WAIT_MODELS;
+    by default "trace" with a trace, else "fixed"; the ordered replay takes its waits from the trace.
     """
     if replay is not None and replay not in REPLAY_MODES:
         raise PlacementError("--replay", f"must be one of {', '.join(REPLAY_MODES)}, got {replay!r}")
-    if not trace and (replay is not None or kind is not None):
-        raise PlacementError("--replay" if replay is not None else "--trace-kind", "needs --trace FILE")
+    if not trace and (replay is not None or reading is not None):
+        raise PlacementError("--replay" if replay is not None else "--trace-values", "needs --trace FILE")
     waits_model = waits or ("trace" if trace else "fixed")
     if waits_model == "trace" and not trace:
         raise PlacementError("--waits", "trace needs --trace FILE")
@@ -79,7 +79,7 @@ def simulation_inputs(
         raise PlacementError(
             "--waits", "the ordered replay takes its waits from the trace (or give --replay draw)"
         )
-    file = read_trace_file(trace, trace_kind(trace, kind))
+    file = read_trace_file(trace, reading or "count")
     runs = trace_runs((~file.up()).astype("int64"), file.gap_seconds, source=file.source)
     if not ordered and not runs.lifetimes_hours:
         raise PlacementError(str(trace), "no preemption in the trace: there is no lifetime to replay")
@@ -125,8 +125,13 @@ def cross_check(placement: Placement, simulation: Simulation) -> list[str]:
     gap = sim.mean_cost / closed - 1
     if abs(gap) <= 0.10:
         return []
+    how = (
+        "the trace's capacity in order"
+        if simulation.engine == "ticks"
+        else f"lifetimes {simulation.lifetimes}"
+    )
     return [
-        f"the simulated mean cost of spot ({money(sim.mean_cost)}, lifetimes {simulation.lifetimes}) is "
+        f"the simulated mean cost of spot ({money(sim.mean_cost)}, {how}) is "
         f"{abs(gap):.0%} {'above' if gap > 0 else 'below'} the closed form's {money(closed)}"
     ]
 
@@ -185,11 +190,11 @@ def decide(
     seed: int = DEFAULT_SEED,
     trace: str | Path | None = None,
     waits: str | None = None,
-    trace_kind: str | None = None,
+    trace_values: str | None = None,
     replay: str | None = None,
 ) -> Decided:
     """Simulate the workload (each spot policy's deadline chance, the cross-check) and decide."""
-    inputs = simulation_inputs(workload, trace=trace, waits=waits, kind=trace_kind, replay=replay)
+    inputs = simulation_inputs(workload, trace=trace, waits=waits, reading=trace_values, replay=replay)
     simulation = simulate(
         workload,
         runs=runs,

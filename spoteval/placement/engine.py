@@ -16,6 +16,7 @@ from spoteval.placement.samplers import BoolArray, FloatArray, IntArray, Sampler
 from spoteval.placement.workload import Workload
 
 _BLOCK: Final = 32
+BLOCK: Final = _BLOCK  # allocations per block of draws (for subclasses)
 
 
 # --- random draws -------------------------------------------------------------------------------
@@ -40,10 +41,14 @@ class _Draws:
 
     def _ensure(self, block: int) -> None:
         while self._generated <= block:
-            shape = (self.runs, _BLOCK)
-            life, wait, boot = (s.sample(self._rng, shape) for s in self._samplers)
-            self._blocks[self._generated] = (life, wait, boot)
+            self._blocks[self._generated] = self._block(self._generated)
             self._generated += 1
+
+    def _block(self, block: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Allocations block x 32 ... block x 32 + 31 of every run, as (runs, 32) arrays."""
+        shape = (self.runs, _BLOCK)
+        life, wait, boot = (s.sample(self._rng, shape) for s in self._samplers)
+        return life, wait, boot
 
     def release_below(self, k: int) -> None:
         """Forget the blocks of allocations before k (no run will ask for them again)."""

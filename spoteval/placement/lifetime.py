@@ -24,8 +24,8 @@ lifetimes are more irregular than the closed form assumes and a trace replay sho
 Traces (tests/data/traces: the spot traces of "Can't Be Late", NSDI 2024)
 -------------------------------------------------------------------------
 A trace file is `{"metadata": {"gap_seconds": G}, "data": [v0, v1, ...]}`, one value per tick of G
-seconds, read by its kind (spoteval.placement.availability: a preemption trace is up where the value
-is 0, an availability trace where it is >= 1). A lifetime is a run of up ticks followed by a down one
+seconds, each the number of instances up at the tick (spoteval.placement.availability: up where the
+value is >= 1). A lifetime is a run of up ticks followed by a down one
 (a preemption); a capacity wait is a run of down ticks followed by an up one. An up-run at the end
 of the trace is a censored lifetime; a down-run at the end is a censored wait, and one at the start
 is dropped (its beginning is unknown). Durations are ticks x G. This is the order-free reading:
@@ -175,7 +175,8 @@ def runs_of(values: Sequence[int] | np.ndarray[Any, Any]) -> list[tuple[bool, in
 def trace_runs(
     values: Sequence[int] | np.ndarray[Any, Any], gap_seconds: float, source: str = ""
 ) -> TraceRuns:
-    """Lifetimes and waits of a sequence of ticks (0 = running, non-zero = not running)."""
+    """Lifetimes and waits of a sequence of down flags (0 = up, non-zero = down; `read_trace` makes
+    them from a file's values)."""
     tick_hours = gap_seconds / 3600.0
     runs = runs_of(values)
     lifetimes: list[float] = []
@@ -207,9 +208,9 @@ def trace_runs(
     )
 
 
-def read_trace(path: str | Path, kind: str = "preemption") -> TraceRuns:
-    """The lifetimes and waits of a trace file of `kind` (spoteval.placement.availability: an
-    availability trace's up-runs are lifetimes, its down-runs waits). Errors name the file and the
+def read_trace(path: str | Path, reading: str = "count") -> TraceRuns:
+    """The lifetimes and waits of a trace file (spoteval.placement.availability: its up-runs are
+    lifetimes, its down-runs waits; `reading` how its values read). Errors name the file and the
     problem."""
-    trace = read_trace_file(path, kind)
+    trace = read_trace_file(path, reading)
     return trace_runs((~trace.up()).astype(np.int64), trace.gap_seconds, source=trace.source)

@@ -62,7 +62,13 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from spoteval.placement.availability import DrawnAvailability, Trace, TraceAvailability, tick_for_draws
+from spoteval.placement.availability import (
+    DrawnAvailability,
+    Trace,
+    TraceAvailability,
+    TraceDraws,
+    tick_for_draws,
+)
 from spoteval.placement.closed_form import closed_form
 from spoteval.placement.engine import _Draws, _Outcome, _run_lockstep, _TooLong
 from spoteval.placement.events import _run_events
@@ -299,6 +305,8 @@ class _Runner:
 
     def _one(self, w: Workload, node: int, strategy: str) -> _Outcome:
         reliable = strategy in ("on_demand", "non_preemptible")
+        if self.trace is not None and strategy == "spot":
+            return self._spot_on_trace(w, node)
         on_ticks = strategy == "uniform_progress" or (self.trace is not None and not reliable)
         deadline = w.deadline_hours
         if on_ticks:
@@ -329,6 +337,29 @@ class _Runner:
             deadline=switch_deadline,
             max_allocations=self.max_allocations,
         )
+
+    def _spot_on_trace(self, w: Workload, node: int) -> _Outcome:
+        """Spot alone on the ordered trace: its allocations are the trace's up-runs from each start, so
+        the event engines run it exactly (what the tick engine gives, without stepping the ticks)."""
+        availability = self._availability(node)
+        assert isinstance(availability, TraceAvailability)
+        draws = TraceDraws(availability, self.runs, self.samplers[2], _child(self.seq_alloc, node))
+        if self.engine == "lockstep":
+            o = _run_lockstep(
+                w, draws, self.od_boot, reliable=False, deadline=None, max_allocations=self.max_allocations
+            )
+        else:
+            o = _run_events(
+                w,
+                draws,
+                self.od_boot,
+                _child(self.seq_episodes, node),
+                reliable=False,
+                deadline=None,
+                max_allocations=self.max_allocations,
+            )
+        o.wall += draws.initial_wait
+        return o
 
     def run(self, strategy: str) -> _Outcome:
         w = self.workload
