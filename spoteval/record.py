@@ -10,9 +10,6 @@ This module is the contract between the node agent (which writes the record), an
     runs/{run_id}/events/{UTC time}-{node}-{seq}.json   one object per event, sortable by name
     runs/{run_id}/harness/{episode_id}/...        create-only: harness shards' samples and logs
                                                   (keys in spoteval/harness/progress.py)
-    runs/{run_id}/operator/{UTC time}-{node}-{seq}.json   create-only: the operator's journal
-                                                  (notes: refusals, capacity errors, deadline advice;
-                                                  spoteval/operate/journal.py)
 
 Writing is strict: an unknown kind, reason or outcome raises `RecordError`. Reading is lenient:
 `Event.from_json` and `Attempt.from_json` keep unknown fields and values and report them as

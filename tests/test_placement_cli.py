@@ -85,6 +85,92 @@ def test_cli_bad_input_as_a_user_sees_it_is_one_line_without_traceback(tmp_path:
     assert proc.stderr == "error: workload.restart.boot_minutes: must be >= 0, got -1\n"
 
 
+def test_a_deadline_shorter_than_the_work_is_refused_in_one_line(tmp_path: Path) -> None:
+    # 2000 episodes of 12 min on 32 slots are 12.5 h of work at on-demand speed: 10 h cannot be met
+    short = write_workload(tmp_path, {"deadline_hours": 10})
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.placement", str(short)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        "error: workload.deadline_hours: 10 h is shorter than the work at on-demand speed, 12.5 h "
+        "(N/C = 62.5 rounds of 0.2 h): no market can meet it (the work fits by then only on 2 or more "
+        "nodes)\n"
+    )
+    # the work itself is not refused: 12.5 h leaves on-demand no time to boot, and says so
+    code, doc = run_json_file(short, {"deadline_hours": 12.5})
+    assert code == 3
+    assert "beyond the 12.5 h deadline" in doc["options"]["on_demand"]["why_not"]
+
+
+def run_json_file(path: Path, changes: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    raw = {**yaml.safe_load(path.read_text()), **changes}
+    path.write_text(yaml.safe_dump(raw))
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.placement", str(path), "--json", "--runs", "200"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_the_decision_names_the_spot_policy_and_when_it_switches(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    avail = REPO / "tests" / "data" / "traces" / "availability" / "1-node" / "aws-10-26-2022"
+    workload = REPO / "docs" / "deadline-workload.yaml"
+    code, doc = run_json(
+        capsys, str(workload), "--trace", str(avail / "us-west-2b_v100_1.json"), "--runs", "300"
+    )
+    assert code == 0 and doc["decision"] == "spot"
+    policy = doc["spot_policy"]
+    assert policy["policy"] == doc["options"]["spot"]["policy"] == "uniform_progress"
+    assert policy["meets_deadline"] and not policy["pinned"]
+    assert set(policy["candidates"]) == {"spot", "spot_safety_net", "uniform_progress"}
+    up, greedy = policy["candidates"]["uniform_progress"], policy["candidates"]["spot_safety_net"]
+    assert up["p_deadline"] == greedy["p_deadline"] == 1.0
+    assert up["mean_cost"] < greedy["mean_cost"] and up["spot_work_hours"] > greedy["spot_work_hours"]
+    assert policy["candidates"]["spot"]["p_deadline"] < 0.95  # spot alone misses: it needs a policy
+    assert doc["options"]["spot"]["expected_cost"] == pytest.approx(up["mean_cost"])
+    assert policy["rule"] == (
+        "spot whenever it is up; while it is not, on-demand once W > 0.833 x R (the job fraction "
+        "50 h / 60 h), back to spot once W <= 0.833 x (R - 0.3 h) and spot is up; on-demand for good "
+        "once R < W + 0.3 h (2B)"
+    )
+    first = up["first_switch"]
+    reasons = doc["reasons"]
+    assert any(
+        r.startswith("spot policy: uniform_progress, the cheapest of the spot policies") for r in reasons
+    )
+    assert (
+        f"uniform_progress's rule, in hours of work left W and hours to the deadline R: {policy['rule']}."
+        in reasons
+    )
+    assert any(
+        r.startswith(f"in 300 simulated runs {first['runs']:.0%} went on-demand, first at a median of")
+        for r in reasons
+    )
+    # pinned, the policy is the workload's even where another is cheaper
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(workload.read_text() + "deadline_policy: spot_safety_net\n")
+    code, doc = run_json(
+        capsys, str(pinned), "--trace", str(avail / "us-west-2b_v100_1.json"), "--runs", "300"
+    )
+    assert code == 0
+    assert doc["spot_policy"]["pinned"] and doc["options"]["spot"]["policy"] == "spot_safety_net"
+    assert list(doc["spot_policy"]["candidates"]) == ["spot_safety_net"]
+    assert doc["inputs"]["deadline_policy"] == "spot_safety_net"
+
+
 def test_report_states_every_input_option_and_the_decision(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 0
     out = capsys.readouterr().out
