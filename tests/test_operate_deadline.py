@@ -28,17 +28,16 @@ COMMAND = (
 
 # the tick engine's hand-computed example (tests/test_deadline_policies.py): 32 episodes of 15 min
 # on one slot, B = 15 min, deadline 12 h; the operator checks every 15 min
-HAND = parse_workload(
-    {
-        "episodes": 32,
-        "episode_minutes": 15,
-        "concurrency": 1,
-        "lifetime_hours": 1,
-        "restart": {"wait_minutes": 60, "boot_minutes": 15},
-        "prices": {"spot": 1.0, "on_demand": 3.0},
-        "deadline_hours": 12,
-    }
-)
+HAND_RAW: dict[str, Any] = {
+    "episodes": 32,
+    "episode_minutes": 15,
+    "concurrency": 1,
+    "lifetime_hours": 1,
+    "restart": {"wait_minutes": 60, "boot_minutes": 15},
+    "prices": {"spot": 1.0, "on_demand": 3.0},
+    "deadline_hours": 12,
+}
+HAND = parse_workload(HAND_RAW)
 
 
 def now(elapsed: float, done: int, *, spot: bool = False, market: str = "spot") -> RunNow:
@@ -95,17 +94,6 @@ def test_the_live_policy_is_the_placements_choice_or_the_pinned_one() -> None:
     # spot alone keeps the safety net as a last resort
     assert live_policy(parse_workload({**HAND_RAW, "deadline_policy": "spot"})) == "spot_safety_net"
     assert live_policy(HAND) in ("spot_safety_net", "uniform_progress")
-
-
-HAND_RAW: dict[str, Any] = {
-    "episodes": 32,
-    "episode_minutes": 15,
-    "concurrency": 1,
-    "lifetime_hours": 1,
-    "restart": {"wait_minutes": 60, "boot_minutes": 15},
-    "prices": {"spot": 1.0, "on_demand": 3.0},
-    "deadline_hours": 12,
-}
 
 
 def test_a_stack_workload_with_a_deadline_it_cannot_meet_is_bad_input() -> None:
