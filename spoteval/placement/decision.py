@@ -32,7 +32,7 @@ from spoteval.placement.simulate import (
     Simulation,
     simulate,
 )
-from spoteval.placement.workload import PlacementError, Workload
+from spoteval.placement.workload import PlacementError, Workload, check_deadline
 
 #: how capacity waits are drawn in the simulation: the workload's W fixed or exponential, or a trace's
 WAIT_MODELS = (*DURATION_MODELS, "trace")
@@ -194,6 +194,7 @@ def decide(
     replay: str | None = None,
 ) -> Decided:
     """Simulate the workload (each spot policy's deadline chance, the cross-check) and decide."""
+    check_deadline(workload)
     inputs = simulation_inputs(workload, trace=trace, waits=waits, reading=trace_values, replay=replay)
     simulation = simulate(
         workload,

@@ -248,16 +248,10 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
     policy = read.value("deadline_policy") or "auto"
     if policy not in POLICY_CHOICES:
         read.fail("deadline_policy", f"must be one of {', '.join(POLICY_CHOICES)}, got {policy!r}")
-    work = episodes / concurrency / nodes * episode_hours
-    if deadline is not None and deadline < work:
-        fewest = math.ceil(episodes / concurrency * episode_hours / deadline - 1e-9)
-        read.fail(
-            "deadline_hours",
-            f"{deadline:g} h is shorter than the work at on-demand speed, {work:.4g} h "
-            f"(N/C{'/k' if nodes > 1 else ''} = {episodes / concurrency / nodes:g} rounds of "
-            f"{episode_hours:.4g} h): no market can meet it (the work fits by then only on "
-            f"{fewest} or more nodes)",
-        )
+    if deadline is not None and per == "node":  # per GPU: the node's GPUs decide (see `check_deadline`)
+        problem = deadline_problem(deadline, episodes, concurrency, nodes, episode_hours)
+        if problem:
+            read.fail("deadline_hours", problem)
 
     interval = _interval(read, "lifetime_interval_hours", lifetime)
     return Workload(
@@ -278,6 +272,33 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         nodes=nodes,
         deadline_policy=policy,
     )
+
+
+def deadline_problem(
+    deadline: float, episodes: int, concurrency: int, nodes: int, episode_hours: float
+) -> str | None:
+    """Why no market can meet `deadline` (the work at on-demand speed, N D / (C k), is longer), or None."""
+    rounds = episodes / concurrency / nodes
+    work = rounds * episode_hours
+    if deadline >= work:
+        return None
+    fewest = math.ceil(episodes * episode_hours / concurrency / deadline - 1e-9)
+    per = "N/C/k" if nodes > 1 else "N/C"
+    return (
+        f"{deadline:g} h is shorter than the work at on-demand speed, {work:.4g} h ({per} = {rounds:g} "
+        f"rounds of {episode_hours:.4g} h): no market can meet it (the work fits by then only on {fewest} "
+        "or more nodes)"
+    )
+
+
+def check_deadline(workload: Workload) -> None:
+    """Refuse a deadline shorter than the work at on-demand speed (a PlacementError on deadline_hours)."""
+    w, deadline = workload, workload.deadline_hours
+    if deadline is None:
+        return
+    problem = deadline_problem(deadline, w.episodes, w.concurrency, w.nodes, w.episode_hours)
+    if problem:
+        raise PlacementError("deadline_hours", problem)
 
 
 def _interval(read: Reader, key: str, tau: float) -> tuple[float, float] | None:
