@@ -304,10 +304,10 @@ class DrawnAvailability:
 
 
 def tick_for_draws(workload_lengths: tuple[float, ...], boot_hours: float, deadline: float | None) -> float:
-    """The tick at which the deadline policies decide on drawn lifetimes: a quarter of the shortest of
-    the boot and the episode lengths, and no shorter than a 4000th of the deadline."""
+    """The tick at which the deadline policies decide on drawn lifetimes: half the shortest of the
+    boot and the episode lengths, and no shorter than a 2000th of the deadline."""
     shortest = min([v for v in (*workload_lengths, boot_hours) if v > 0], default=1.0)
-    tick = shortest / 4
+    tick = shortest / 2
     if deadline is not None:
-        tick = max(tick, deadline / 4000)
+        tick = max(tick, deadline / 2000)
     return tick

@@ -31,7 +31,7 @@ NSDI 2024, spelled out in spoteval.placement.policies):
 - `uniform_progress` (the paper's Uniform Progress, with its hysteresis): the same safety net, and
   on-demand while no spot is up and the work done is behind the uniform pace, back to spot once it
   is ahead by the pace of 2B and spot is up. It decides at ticks (spoteval.placement.ticks): on
-  drawn lifetimes every quarter of the shortest of B and the episode lengths, on a trace at its
+  drawn lifetimes every half the shortest of B and the episode lengths, on a trace at its
   ticks.
 - `on_demand`, `non_preemptible`: one boot, then all episodes, never preempted; they differ only in
   price.

@@ -55,26 +55,28 @@ class _Rounds:
         out: FloatArray = self.left[rows] * self.length
         return out
 
-    def done_episodes(self, rows: IntArray) -> FloatArray:
-        out: FloatArray = np.minimum((self.rounds - self.left[rows]) * self.slots, self.episodes)
-        return out
-
     def lose(self, rows: IntArray) -> None:
         self.into[rows] = 0.0
 
     def begin(self, rows: IntArray, at: FloatArray) -> None:
         """A node starts working at `at` (nothing to do: its first round starts with `advance`)."""
 
-    def advance(self, rows: IntArray, start: FloatArray, end: FloatArray) -> tuple[BoolArray, FloatArray]:
-        """Work from `start` to `end`: whether the job finished, and when."""
-        total = self.into[rows] + np.maximum(end - start, 0.0)
+    def advance(
+        self, rows: IntArray, start: FloatArray, end: FloatArray
+    ) -> tuple[BoolArray, FloatArray, FloatArray]:
+        """Work from `start` to `end`: whether the job finished, when, and the episodes it completed."""
+        into = self.into[rows]
+        total = into + np.maximum(end - start, 0.0)
         left = self.left[rows]
         rounds = np.floor(total / self.length + _EPS)
         finished = rounds >= left
-        at = np.where(finished, start + left * self.length - self.into[rows], np.inf)
-        self.left[rows] = np.where(finished, 0.0, left - rounds)
+        at = np.where(finished, start + left * self.length - into, np.inf)
+        after = np.where(finished, 0.0, left - rounds)
+        self.left[rows] = after
         self.into[rows] = np.where(finished, 0.0, np.maximum(total - rounds * self.length, 0.0))
-        return finished, at
+        done_before = np.minimum((self.rounds - left) * self.slots, self.episodes)
+        gained: FloatArray = np.minimum((self.rounds - after) * self.slots, self.episodes) - done_before
+        return finished, at, gained
 
 
 class _Slots:
@@ -105,10 +107,6 @@ class _Slots:
         out: FloatArray = np.ceil(left / self.slots) * mean_left
         return out
 
-    def done_episodes(self, rows: IntArray) -> FloatArray:
-        out: FloatArray = (self.episodes - self.left[rows]).astype(np.float64)
-        return out
-
     def lose(self, rows: IntArray) -> None:
         self.finish[rows] = np.inf
 
@@ -122,11 +120,14 @@ class _Slots:
         self.fresh[rows] -= take.sum(axis=1)
         self.finish[rows] = np.where(h > 0, at[:, None] + h, np.inf)
 
-    def advance(self, rows: IntArray, start: FloatArray, end: FloatArray) -> tuple[BoolArray, FloatArray]:
+    def advance(
+        self, rows: IntArray, start: FloatArray, end: FloatArray
+    ) -> tuple[BoolArray, FloatArray, FloatArray]:
         """Complete, in time order, every episode that finishes by `end`; each freed slot takes the next
         unstarted episode. A completion is taken in a pass only if it comes before any episode started
         in that pass could finish, so the passes give the order of one event at a time."""
         last = np.full(rows.size, -np.inf)
+        left_before = self.left[rows].copy()
         rank = np.arange(self.slots)
         todo = np.arange(rows.size)
         while todo.size:
@@ -152,7 +153,8 @@ class _Slots:
             )
             todo = todo[(n > 0) & (self.left[r] > 0)]
         finished = self.left[rows] == 0
-        return finished, np.where(finished, last, np.inf)
+        gained: FloatArray = (left_before - self.left[rows]).astype(np.float64)
+        return finished, np.where(finished, last, np.inf), gained
 
 
 # --- the tick loop --------------------------------------------------------------------------------
@@ -311,12 +313,11 @@ def _run_tick(s: _Runs, work: _Rounds | _Slots, out: _Outcome, t: float, tick: f
     done = np.zeros(rows.size, dtype=np.bool_)
     at = np.full(rows.size, np.inf)
     if busy.any():
-        before = work.done_episodes(ids[busy])
-        fin, when = work.advance(ids[busy], go[busy], end[busy])
+        working = ids[busy]
+        fin, when, gained = work.advance(working, go[busy], end[busy])
         done[busy], at[busy] = fin, when
         on_spot = s.market[rows[busy]] == SPOT
-        gained = work.done_episodes(ids[busy]) - before
-        out.spot_done[ids[busy][on_spot]] += gained[on_spot]
+        out.spot_done[working[on_spot]] += gained[on_spot]
     until = np.where(done, at, end)
     spot = s.market[rows] == SPOT
     out.spot_billed[ids[spot]] += (until - t)[spot]
