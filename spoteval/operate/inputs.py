@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -56,6 +56,8 @@ class Inputs:
     #: the stack's workload when it has a deadline (the deadline rule's numbers), else None
     workload: Workload | None = None
     stack: str | None = None
+    #: the deadline rule the operator watches (spoteval.operate.deadline), with such a workload
+    watch: DeadlineWatch | None = None
 
 
 def _deadline_workload(settings: Mapping[str, Any], where: str) -> Workload | None:
@@ -137,7 +139,7 @@ def load_inputs(
         raise OperateError(str(exc)) from None
     block = settings.get(outputs.provider)
     where = f"{stack_file(stacks_dir, stack)}: spot-eval:workload" if stack else "workload"
-    return Inputs(
+    found = Inputs(
         outputs,
         grant,
         source,
@@ -146,6 +148,7 @@ def load_inputs(
         workload=_deadline_workload(settings, where),
         stack=stack,
     )
+    return replace(found, watch=deadline_watch(found))
 
 
 def plane_config(inputs: Inputs, *, poll_s: float, price: float | None = None) -> PlaneOptions:

@@ -1,9 +1,14 @@
 """The operator loop: per node, read its state and the record, decide, act, record; then wait.
 
     op = Operator(outputs, planes, grant, store)
-    op.check_all()          # one pass over every node (what `--once` does)
+    op.once()               # one pass over every node, then the lease let go (what `--once` does)
     op.run()                # passes every `timing.interval_s` until every node is done or stopped
     op.status()             # read-only: the status of each node; never starts or stops anything
+
+With a `lease` (spoteval.operate.lease) every pass first takes or keeps the run's operator lease: a
+pass that finds another run holding it only reads (`check_all` returns no lines and says so once), and
+every start or stop is preceded by a check that the lease is still ours. `run` and `once` let the
+lease go when they end: `finished` when the run is done and every node settled, else `released`.
 
 Clocks and sleeps are injected (`clock`, `sleep`) so tests run without waiting.
 """
@@ -14,13 +19,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from spoteval.clouds import CapacityError, ControlPlane, ControlPlaneError, NodeState, Price, StackOutputs
 from spoteval.grant import Grant
 from spoteval.operate import deadline
 from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
 from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
+from spoteval.operate.lease import FINISHED, HELD, OperatorLease, Standing
 from spoteval.operate.status import (
     DONE,
     STOPPED,
@@ -69,6 +75,7 @@ class Operator:
         clock: Callable[[], datetime] = utc_now,
         sleep: Callable[[float], None] = time.sleep,
         say: Callable[[str], None] = lambda _: None,
+        lease: OperatorLease | None = None,
         watch: deadline.DeadlineWatch | None = None,
     ) -> None:
         self.outputs = outputs
@@ -83,8 +90,59 @@ class Operator:
         self.layout = RunLayout(outputs.run_id)
         self.journal = Journal(store, outputs)
         self._cache: dict[str, object] = {}  # record objects already read (they never change)
+        self.lease = lease
+        self.standing: Standing | None = None  # the lease as the latest pass found it
         self.watch = watch  # the deadline rule, when the stack's workload has a deadline
         self.advice: Advice | None = None  # its answer at the last check
+
+    # --- the lease --------------------------------------------------------------------------------
+
+    @property
+    def reading(self) -> bool:
+        """Another run holds the lease (or the run is finished): this one only reads."""
+        return self.standing is not None and self.standing.kind != HELD
+
+    def _take_lease(self) -> bool:
+        """Take or keep the lease before a pass. False: another run holds it, or the run is
+        finished; the line saying so is said when that changes, not on every pass."""
+        if self.lease is None:
+            return True
+        before = self.standing
+        standing = self.lease.take()
+        self.standing = standing
+        if standing.kind == HELD:
+            # said when a reader takes over (the holder let go or fell silent), or a first take
+            # ends a silent holder's turn; the caller says what it found before the first pass
+            if (before is not None and before.kind != HELD) or (before is None and standing.took_over):
+                self.say(standing.line())
+            return True
+        same = (
+            before is not None
+            and before.kind == standing.kind
+            and (before.latest.holder if before.latest else None)
+            == (standing.latest.holder if standing.latest else None)
+        )
+        if not same:
+            self.say(standing.line())
+        return False
+
+    def _may_act(self) -> bool:
+        return self.lease is None or self.lease.confirm()
+
+    def _why_not(self) -> str:
+        lost = self.lease.lost if self.lease is not None else None
+        if lost is not None:
+            who = lost.latest.holder if lost.latest is not None else "another operator"
+            return f"{who} took the operator lease"
+        return "the operator lease could not be renewed in time (the store did not answer)"
+
+    def let_go(self, lines: list[Line]) -> None:
+        """End this run's turn with the lease: `finished` when every node's line says the run is done
+        and nothing is left to do for it, else `released` (the next run takes it at once)."""
+        if self.lease is None:
+            return
+        finished = bool(lines) and all(line.status.status == DONE and self._settled(line) for line in lines)
+        self.lease.release(finished=finished)
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -124,6 +182,15 @@ class Operator:
             check_hours=self.timing.interval_s / 3600.0,
         )
 
+    def deadline_report(self, statuses: list[NodeStatus]) -> tuple[dict[str, Any] | None, list[str]]:
+        """What `status` says of the deadline: the rule's answer as JSON (with the command) and as
+        its line; (None, []) without a deadline rule or once the run is done. Reads only."""
+        advice = self.deadline_advice(statuses)
+        if advice is None or self.watch is None:
+            return None, []
+        command = self.watch.command(advice)
+        return {**advice.to_json(), "command": command}, [advice.text(command)]
+
     def _check_deadline(self, run: RunView, lines: list[Line]) -> None:
         """The deadline rule after a check: said while it asks for a switch, recorded once."""
         if self.watch is None:
@@ -140,7 +207,8 @@ class Operator:
         if self.advice is None or not self.advice.fires:
             return
         try:
-            deadline.record_once(self.journal, run, self.watch, self.advice, now)
+            if self._may_act():  # the holder of the operator lease writes the record
+                deadline.record_once(self.journal, run, self.watch, self.advice, now)
         except StoreError as exc:
             self.say(f"deadline: cannot write the journal: {exc}")
         self.say(self.advice.text(self.watch.command(self.advice)))
@@ -186,6 +254,8 @@ class Operator:
             except ControlPlaneError as exc:
                 return Line(node, status, "error", f"cannot read the price: {exc}")
             action = decide(view, self.grant, run, now=self.clock(), timing=self.timing, price=price)
+        if action.kind in (START, STOP) and not self._may_act():
+            return Line(node, status, "reading", f"not acting ({action.kind}): {self._why_not()}")
         if action.kind == START:
             return self._start(node, plane, status, view, action)
         if action.kind == STOP:
@@ -315,6 +385,8 @@ class Operator:
         loop goes on, so one bad answer never leaves the other nodes unwatched."""
         lines: list[Line] = []
         try:
+            if not self._take_lease():
+                return lines
             run = self.read()
         except StoreError as exc:
             unknown = NodeStatus("", UNKNOWN, None, None, "the run record cannot be read")
@@ -323,6 +395,8 @@ class Operator:
                 self.say(lines[-1].text())
             return lines
         for node in self.planes:
+            if self.lease is not None:
+                self.lease.tick()
             try:
                 line = self.check(node, run)
             except StoreError as exc:
@@ -347,16 +421,36 @@ class Operator:
             return False
         return line.action == "stopped" or not status.running or not self.planes[line.node].can_stay_stopped
 
-    def run(self, *, max_passes: int | None = None) -> list[Line]:
-        """Check every node every `timing.interval_s` until each is done or stopped for good."""
-        passes = 0
-        while True:
+    def once(self) -> list[Line]:
+        """One pass over every node, then the lease let go (`--once`)."""
+        lines: list[Line] = []
+        try:
             lines = self.check_all()
-            passes += 1
-            settled = all(self._settled(line) for line in lines)
-            if settled or (max_passes is not None and passes >= max_passes):
-                return lines
-            self.sleep(self.timing.interval_s)
+        finally:
+            self.let_go(lines)
+        return lines
+
+    def run(self, *, max_passes: int | None = None) -> list[Line]:
+        """Check every node every `timing.interval_s` until each is done or stopped for good. While
+        another run holds the lease this one only reads, and takes the lease over when that run
+        lets it go or falls silent; a finished run ends it at once."""
+        passes = 0
+        lines: list[Line] = []
+        try:
+            while True:
+                lines = self.check_all()
+                passes += 1
+                last = max_passes is not None and passes >= max_passes
+                if self.reading:
+                    if last or (self.standing is not None and self.standing.kind == FINISHED):
+                        return lines
+                elif last or all(self._settled(line) for line in lines):
+                    self.let_go(lines)
+                    return lines
+                self.sleep(self.timing.interval_s)
+        finally:
+            if self.lease is not None:
+                self.lease.release()  # interrupted or failed: the next run takes the lease at once
 
 
 def _members(state: NodeState | None) -> set[str]:
