@@ -8,8 +8,9 @@ from pathlib import Path
 
 from spoteval import figures
 from spoteval.figures import sig
+from spoteval.placement.closed_form import closed_form, hours, money
 from spoteval.placement.decision import SimulationInputs
-from spoteval.placement.model import Placement, closed_form, hours, money
+from spoteval.placement.model import Placement
 from spoteval.placement.simulate import Simulation
 from spoteval.placement.workload import OPTIONS, PlacementError, Workload
 
@@ -85,13 +86,15 @@ def input_lines(w: Workload, labels: Mapping[str, str]) -> Lines:
 
 
 def option_lines(placement: Placement, simulation: Simulation) -> Lines:
-    """The Options section: each option's closed form, its deadline chance and eligibility."""
-    lines: Lines = [
-        ("bold", f"Options (closed form; spot's p_deadline from {simulation.runs} simulated runs)")
-    ]
+    """The Options section: each option's closed form (spot's, under a deadline policy that switches,
+    its simulated means), its deadline chance and eligibility."""
+    spot_policy = placement.options["spot"].policy
+    switching = spot_policy not in (None, "spot")
+    how = f"spot with {spot_policy}: its simulated means" if switching else "spot's p_deadline"
+    lines: Lines = [("bold", f"Options (closed form; {how} from {simulation.runs} simulated runs)")]
     rows = [
         [
-            name,
+            f"{name} ({o.policy})" if name == "spot" and switching else name,
             figures.money(o.expected_cost, zeros=True),
             sig(o.billed_hours, zeros=True),
             sig(o.wall_hours, zeros=True),
@@ -108,9 +111,16 @@ def option_lines(placement: Placement, simulation: Simulation) -> Lines:
 def simulated_lines(simulation: Simulation, inputs: SimulationInputs) -> Lines:
     """The Simulated section: each strategy's cost and wall-time spread, and the trace's tau."""
     lines: Lines = [
-        ("bold", f"Simulated ({simulation.runs} runs, seed {simulation.seed}, {simulation.engine} engine)"),
-        ("", f"  lifetimes {simulation.lifetimes}; waits {simulation.waits}; boots {simulation.boots}"),
+        ("bold", f"Simulated ({simulation.runs} runs, seed {simulation.seed}, {simulation.engine} engine)")
     ]
+    if simulation.engine == "ticks":
+        lines.append(("", f"  spot capacity {simulation.ticks}; boots {simulation.boots}"))
+    else:
+        lines.append(
+            ("", f"  lifetimes {simulation.lifetimes}; waits {simulation.waits}; boots {simulation.boots}")
+        )
+        if simulation.ticks and "uniform_progress" in simulation.strategies:
+            lines.append(("", f"  uniform_progress decides at ticks: {simulation.ticks}"))
     rows = [
         [
             name,
@@ -121,6 +131,7 @@ def simulated_lines(simulation: Simulation, inputs: SimulationInputs) -> Lines:
             "-" if s.p_deadline is None else f"{s.p_deadline:.2f}",
             f"{s.mean_preemptions:.1f}",
             "-" if s.switched is None else f"{s.switched:.0%}",
+            sig(s.spot_work_hours, zeros=True),
         ]
         for name, s in simulation.strategies.items()
     ]
@@ -133,6 +144,7 @@ def simulated_lines(simulation: Simulation, inputs: SimulationInputs) -> Lines:
         "p_deadline",
         "preemptions",
         "switched",
+        "spot work h",
     ]
     lines += [("", text) for text in text_table(headers, rows)]
     lines += [("", f"  not simulated: {name}: {why}") for name, why in simulation.skipped.items()]
@@ -141,7 +153,7 @@ def simulated_lines(simulation: Simulation, inputs: SimulationInputs) -> Lines:
         tau = "none (no preemption)" if t.tau_hours is None else f"{t.tau_hours:.3g} h"
         high = f"{t.interval_hours[1]:.3g}" if math.isfinite(t.interval_hours[1]) else "inf"
         cv = "-" if t.cv is None else f"{t.cv:.2f}"
-        lines.append(("", f"  trace {inputs.trace_source}:"))
+        lines.append(("", f"  trace {inputs.trace_source} ({inputs.trace_kind} trace):"))
         lines.append(
             (
                 "",

@@ -293,6 +293,15 @@ def _option_line(name: str, opt: Mapping[str, Any]) -> str:
     )
 
 
+def _deadline(v: _View) -> None:
+    rep = v.report
+    if rep.deadline is not None:
+        for line in rep.deadline.lines(shared=v.shared):
+            v.say(line)
+    elif rep.deadline_note:
+        v.say(f"Deadline: {rep.deadline_note}")
+
+
 def _placement(v: _View) -> None:
     rep = v.report
     p = rep.placement
@@ -332,6 +341,7 @@ SECTIONS: tuple[Callable[[_View], None], ...] = (
     _episodes,
     _efficiency,
     _pool_and_problems,
+    _deadline,
     _placement,
 )
 

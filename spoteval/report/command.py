@@ -177,7 +177,7 @@ def run_report(
         raise UsageError(str(exc)) from None
     if capture is not None:
         print(f"report: {record_provider_events(*capture, opened).summary()}", file=sys.stderr)
-    rep = build(opened, run_id, base)
+    rep = build(opened, run_id, base, stack=stack)
     if plot:
         try:
             plot_timeline(rep, plot, shared=shared)

@@ -23,6 +23,7 @@ from spoteval.figures import seconds
 from spoteval.grant import Grant
 from spoteval.report.allocation import Allocation
 from spoteval.report.analysis import RunReport, analyse
+from spoteval.report.deadline import with_deadline
 from spoteval.report.load import load_run
 from spoteval.store import Store
 
@@ -312,11 +313,17 @@ def build(
     run_id: str,
     base: Mapping[str, Any] | Base | None,
     base_source: str = "",
+    *,
+    stack: str | None = None,
 ) -> RunReport:
-    """Load, analyse, and attach the placement decision for the next run (with its note)."""
+    """Load, analyse, and attach the placement decision for the next run (with its note) and, when
+    the base (the user's workload file or the stack's block, never the built-in example) has a
+    deadline, what its spot policy says about it now (`stack` names the flip it asks for)."""
     if not isinstance(base, Base):
         base = Base(base or {}, base_source)
     rep = analyse(load_run(store, run_id))
+    if base.raw:
+        rep = with_deadline(rep, base.raw, stack)
     nxt = next_run(rep, base)
     if nxt.missing:
         return replace(rep, placement=None, placement_note=f"not decided: {nxt.note()}")
