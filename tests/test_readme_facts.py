@@ -18,7 +18,7 @@ import pytest
 
 from scripts import measure_restart, operate, placement, plan, report
 from spoteval.placement import parse_workload, place
-from spoteval.placement.workload import EXAMPLE_WORKLOAD_YAML
+from spoteval.placement.workload import EXAMPLE_WORKLOAD_YAML, PlacementError
 from spoteval.stack import known_stacks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,8 +98,12 @@ def test_the_example_workload_file_is_the_built_in_example() -> None:
 
 
 def test_one_node_missing_its_deadline_is_told_how_many_nodes_would_meet_it() -> None:
-    one = parse_workload({**_example(), "deadline_hours": 6})
-    assert place(one, 0.0, 2000).break_even.nodes_for_deadline == 3
+    # on-demand's 12.7 h fits 13 h, spot's 14.1 h does not: two spot nodes would
+    one = parse_workload({**_example(), "deadline_hours": 13})
+    assert place(one, 0.0, 2000).break_even.nodes_for_deadline == 2
+    # shorter than the work at on-demand speed: refused, naming the nodes that would fit it
+    with pytest.raises(PlacementError, match=r"the work fits by then only on 3 or more nodes\)$"):
+        parse_workload({**_example(), "deadline_hours": 6})
     meets = parse_workload({**_example(), "deadline_hours": 24})
     assert place(meets, 1.0, 2000).break_even.nodes_for_deadline is None  # one node suffices: no hint
 
