@@ -153,9 +153,11 @@ def test_nothing_within_the_grant_is_exit_3(
         text = text.replace(
             "instance_types: [g6.xlarge, g6.2xlarge, g5.xlarge]", "instance_types: [g6.xlarge]"
         )
-        (stacks / "Pulumi.aws-us-east-1.yaml").write_text(
-            text.replace("deadline_hours: 30", "deadline_hours: 3")
+        # spot (13.4 h) misses a 13 h deadline; on-demand (0.805 per hour) is above a 0.5 cap
+        text = text.replace("deadline_hours: 30", "deadline_hours: 13").replace(
+            "price_cap: 0.90", "price_cap: 0.5"
         )
+        (stacks / "Pulumi.aws-us-east-1.yaml").write_text(text)
         code = cli.main(["--offers", "--stack", "aws-us-east-1", "--stacks-dir", str(stacks), "--runs", "50"])
         out = capsys.readouterr().out
         assert code == 3, out
