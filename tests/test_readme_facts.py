@@ -100,7 +100,15 @@ def test_the_example_workload_file_is_the_built_in_example() -> None:
 def test_one_node_missing_its_deadline_is_told_how_many_nodes_would_meet_it() -> None:
     # on-demand's 12.7 h fits 13 h, spot's 14.1 h does not: two spot nodes would
     one = parse_workload({**_example(), "deadline_hours": 13})
-    assert place(one, 0.0, 2000).break_even.nodes_for_deadline == 2
+    placed = place(one, 0.0, 2000)
+    assert placed.break_even.nodes_for_deadline == 2
+    assert placed.decision == "none"
+    assert placed.reasons[-1] == (
+        "2 spot nodes sharing the queue (`nodes: 2` in the workload, `node.count: 2` in a stack) would "
+        "meet the 13 h deadline (closed form; see the break-even)."
+    )
+    two = place(parse_workload({**_example(), "deadline_hours": 13, "nodes": 2}), 1.0, 2000)
+    assert two.decision == "spot" and two.break_even.nodes_for_deadline == 2
     # shorter than the work at on-demand speed: refused, naming the nodes that would fit it
     with pytest.raises(PlacementError, match=r"the work fits by then only on 3 or more nodes\)$"):
         parse_workload({**_example(), "deadline_hours": 6})

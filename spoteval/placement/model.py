@@ -251,12 +251,18 @@ def place(
         )
 
     decision, reasons = _decide(workload, options, runs)
+    nodes = nodes_for_deadline(workload)
+    if decision == "none" and nodes is not None and nodes > workload.nodes and deadline is not None:
+        reasons.append(
+            f"{nodes} spot nodes sharing the queue (`nodes: {nodes}` in the workload, `node.count: {nodes}` "
+            f"in a stack) would meet the {hours(deadline)} deadline (closed form; see the break-even)."
+        )
     return Placement(
         workload=workload,
         decision=decision,
         reasons=tuple(reasons),
         options=options,
-        break_even=replace(break_even(workload, options), nodes_for_deadline=nodes_for_deadline(workload)),
+        break_even=replace(break_even(workload, options), nodes_for_deadline=nodes),
     )
 
 
