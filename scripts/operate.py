@@ -6,14 +6,15 @@
 
 Without `--once` it checks every node every `--interval` seconds until each is done or stopped for
 good (one progress line per node and check); with `--once` it checks once (for cron or a scheduler).
-Either way it first takes the run's operator lease (spoteval/operate/lease.py): while another
-operator holds it, this one only reads and says so in one line (`--once`: then exits; without: it
-waits and takes over when the other lets go or falls silent for the lease's ttl); a finished run
-exits at once. `status` answers from the stack's outputs, each node's provider state, the run record
-and the lease, and starts nothing. Exit codes: 0 checked (or answered, or only read), 1 stopped
-because the grant refuses a start that only a wider grant allows (budget, max runtime, region,
-instance type), 2 bad input (a stack without outputs, credentials that cannot read a node: nothing
-is started, nothing written), 130 interrupted.
+Either way it first takes the run's operator lease (spoteval/operate/lease.py): while another operator
+holds it, this one only reads and says so in one line (`--once`: then exits; without: it waits and
+takes over when the other lets go or falls silent for the lease's ttl); a finished run exits at once.
+With a deadline in the stack's workload it also says when the spot policy's rule asks to flip the
+stack (spoteval/operate/deadline.py). `status` answers from the outputs, each node's provider state,
+the record, the lease and that rule, and starts nothing. Exit codes: 0 checked (or answered, or only
+read), 1 stopped because the grant refuses a start only a wider grant allows (budget, max runtime,
+region, instance type), 2 bad input (a stack without outputs, credentials that cannot read a node:
+nothing started or written), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -98,18 +99,20 @@ def _stamp() -> str:
 
 def _status(inputs: Inputs, operator: Operator, standing: Standing, as_json: bool) -> int:
     statuses = operator.status()
+    found, said = operator.deadline_report(statuses)
     if as_json:
         doc = {
             "run_id": inputs.outputs.run_id,
             "nodes": [s.to_json() for s in statuses],
             "operator": standing.to_json(),
+            "deadline": found,
         }
         print(json.dumps(doc, indent=2))
         return 0
     for s in statuses:
         state = f"{s.state.status} ({s.state.raw})" if s.state else "unknown"
         print(f"{s.node}: {s.label}; provider: {state}; {s.detail}")
-    print(f"operator: {standing.summary()}")
+    print("\n".join([f"operator: {standing.summary()}", *said]))
     return 0
 
 
@@ -139,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         start_timeout_s=args.start_timeout,
         say=lambda line: print(f"[{_stamp()}] {line}", flush=True),
         lease=lease,
+        watch=inputs.watch,
     )
     if args.command == "status":
         return _status(inputs, operator, standing, args.json)

@@ -1,16 +1,14 @@
 """Where to run an evaluation: spot, on-demand, or a non-preemptible box, and why.
 
     python -m scripts.placement [WORKLOAD.yaml] [--stack NAME] [--stacks-dir DIR] [--json]
-                                [--plot FILE.png] [--trace FILE] [--runs N] [--seed S]
+                                [--plot FILE.png] [--trace FILE] [--trace-values HOW]
+                                [--replay {ordered,draw}] [--runs N] [--seed S]
                                 [--waits {fixed,exponential,trace}]
     python -m scripts.placement --offers --stack NAME [--stack NAME ...] [...]   (spoteval.offers.command)
 
 The workload comes from a YAML file, from the `spot-eval:workload` block of
-`stacks/Pulumi.NAME.yaml` (`--stack NAME`), or, with neither, from the built-in example. The
-closed form of `spoteval.placement` gives each option's expected cost, wall time and efficiency; a
-Monte-Carlo of the same workload (`spoteval.placement.simulate`, 2000 runs by default) gives spot's
-probability of meeting the deadline and the cost spread of every strategy. `--trace` replays the
-lifetimes and capacity waits of a spot trace in the simulation and estimates tau from it.
+`stacks/Pulumi.NAME.yaml` (`--stack NAME`), or, with neither, from the built-in example; the
+decision is `spoteval.placement.decide` (closed form, simulation, the spot policy under a deadline).
 
 Exit codes: 0 a decision was made, 3 the decision is `none` (no option is eligible), 2 bad input
 (one line on stderr: `error: <key or file>: <problem>`).
@@ -143,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="write expected cost against tau to a PNG file")
-    parser.add_argument("--trace", metavar="FILE", help="replay lifetimes and capacity waits of a spot trace")
+    parser.add_argument("--trace", metavar="FILE", help="replay a spot trace (in order, tick by tick)")
+    parser.add_argument(
+        "--trace-values", choices=placement.TRACE_READINGS, help="count (default) or preempted"
+    )
+    parser.add_argument("--replay", choices=placement.REPLAY_MODES, help="ordered (default) or draw")
     parser.add_argument(
         "--runs", type=_positive_int, default=DEFAULT_RUNS, help="simulated runs (default: %(default)s)"
     )
@@ -165,7 +167,15 @@ def run(args: argparse.Namespace) -> int:
         return offers.run(args, Path(args.stacks_dir))
     loaded = load_workload(args)
     workload = parse_workload(loaded.raw, where=loaded.where)
-    d = placement.decide(workload, runs=args.runs, seed=args.seed, trace=args.trace, waits=args.waits)
+    d = placement.decide(
+        workload,
+        runs=args.runs,
+        seed=args.seed,
+        trace=args.trace,
+        waits=args.waits,
+        trace_values=args.trace_values,
+        replay=args.replay,
+    )
     if args.plot:
         plot(Path(args.plot), d.placement, d.inputs)
     if args.json:

@@ -260,8 +260,9 @@ def test_a_run_record_is_measured_per_provider_region_and_instance_type() -> Non
 def test_a_trace_for_one_offer_gives_its_tau_and_waits_and_is_replayed(tmp_path: Path) -> None:
     from spoteval.offers.build import offers_ranking, parse_offer_trace, stack_offers
 
-    # 10-minute ticks: up 2 h, down 30 min, up 1 h, down 10 min, up 3 h (censored)
-    ticks = [0] * 12 + [1] * 3 + [0] * 6 + [1] + [0] * 18
+    # 10-minute ticks (the number of instances running): up 2 h, down 30 min, up 1 h, down 10 min,
+    # up 3 h (censored)
+    ticks = [1] * 12 + [0] * 3 + [1] * 6 + [0] + [1] * 18
     trace = tmp_path / "g5.json"
     trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ticks}))
     stack = stack_offers(

@@ -262,7 +262,9 @@ def test_json_has_exactly_the_documented_keys() -> None:
             "p_deadline",
             "eligible",
             "why_not",
+            "policy",
         }
+    assert doc["options"]["spot"]["policy"] is None  # no spot policy given to `place`
     assert set(doc["break_even"]) == {"tau_hours", "price_ratio"}
     assert doc["inputs"]["episode_hours"] == pytest.approx(0.2)
     assert doc["inputs"]["boot_hours"] == pytest.approx(0.15)

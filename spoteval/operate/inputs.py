@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,6 +26,9 @@ from spoteval.grant import Grant, GrantError
 from spoteval.measure import inputs as measure_inputs
 from spoteval.measure.inputs import workload_price
 from spoteval.measure.phases import MeasureError
+from spoteval.operate.deadline import DeadlineWatch
+from spoteval.placement.live import live_policy
+from spoteval.placement.workload import PlacementError, Workload, parse_workload
 from spoteval.stack import (
     StackOutputError,
     is_stack_name,
@@ -50,6 +53,34 @@ class Inputs:
     source: str
     configured_price: float | None = None  # the workload's price for the market (no price API)
     provider_block: Mapping[str, Any] = field(default_factory=dict)
+    #: the stack's workload when it has a deadline (the deadline rule's numbers), else None
+    workload: Workload | None = None
+    stack: str | None = None
+    #: the deadline rule the operator watches (spoteval.operate.deadline), with such a workload
+    watch: DeadlineWatch | None = None
+
+
+def _deadline_workload(settings: Mapping[str, Any], where: str) -> Workload | None:
+    """The stack's `spot-eval:workload` when it sets a deadline; a workload that does not parse is
+    bad input (the deadline rule needs its numbers)."""
+    raw = settings.get("workload")
+    if not isinstance(raw, Mapping) or raw.get("deadline_hours") is None:
+        return None
+    try:
+        return parse_workload(raw, where=where)
+    except PlacementError as exc:
+        raise OperateError(f"the deadline rule: {exc}") from None
+
+
+def deadline_watch(inputs: Inputs) -> DeadlineWatch | None:
+    """The deadline rule for the stack's workload (its policy chosen as the placement chooses it)."""
+    if inputs.workload is None:
+        return None
+    try:
+        policy = live_policy(inputs.workload)
+    except PlacementError as exc:
+        raise OperateError(f"the deadline rule: {exc}") from None
+    return DeadlineWatch(inputs.workload, policy, inputs.stack) if policy else None
 
 
 def _document(path: Path, what: str) -> object:
@@ -107,13 +138,17 @@ def load_inputs(
     except ControlPlaneError as exc:
         raise OperateError(str(exc)) from None
     block = settings.get(outputs.provider)
-    return Inputs(
+    where = f"{stack_file(stacks_dir, stack)}: spot-eval:workload" if stack else "workload"
+    found = Inputs(
         outputs,
         grant,
         source,
         configured_price=workload_price(settings, outputs.market),
         provider_block=block if isinstance(block, Mapping) else {},
+        workload=_deadline_workload(settings, where),
+        stack=stack,
     )
+    return replace(found, watch=deadline_watch(found))
 
 
 def plane_config(inputs: Inputs, *, poll_s: float, price: float | None = None) -> PlaneOptions:

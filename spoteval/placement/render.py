@@ -6,8 +6,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from spoteval.placement.closed_form import closed_form, money
 from spoteval.placement.decision import SimulationInputs
-from spoteval.placement.model import Placement, closed_form, money
+from spoteval.placement.model import Placement
 from spoteval.placement.simulate import Simulation
 from spoteval.placement.workload import OPTIONS, PlacementError
 
@@ -95,10 +96,13 @@ def report_lines(
     lines += [("", f"  {label:<12} {text}") for label, text in items]
     lines.append(("", ""))
 
-    lines.append(("bold", f"Options (closed form; spot's p_deadline from {simulation.runs} simulated runs)"))
+    spot_policy = placement.options["spot"].policy
+    switching = spot_policy not in (None, "spot")
+    how = f"spot with {spot_policy}: its simulated means" if switching else "spot's p_deadline"
+    lines.append(("bold", f"Options (closed form; {how} from {simulation.runs} simulated runs)"))
     rows = [
         [
-            name,
+            f"{name} ({o.policy})" if name == "spot" and switching else name,
             money(o.expected_cost),
             f"{o.billed_hours:.2f}",
             f"{o.wall_hours:.2f}",
@@ -115,9 +119,14 @@ def report_lines(
     lines.append(
         ("bold", f"Simulated ({simulation.runs} runs, seed {simulation.seed}, {simulation.engine} engine)")
     )
-    lines.append(
-        ("", f"  lifetimes {simulation.lifetimes}; waits {simulation.waits}; boots {simulation.boots}")
-    )
+    if simulation.engine == "ticks":
+        lines.append(("", f"  spot capacity {simulation.ticks}; boots {simulation.boots}"))
+    else:
+        lines.append(
+            ("", f"  lifetimes {simulation.lifetimes}; waits {simulation.waits}; boots {simulation.boots}")
+        )
+        if simulation.ticks and "uniform_progress" in simulation.strategies:
+            lines.append(("", f"  uniform_progress decides at ticks: {simulation.ticks}"))
     rows = [
         [
             name,
@@ -128,6 +137,7 @@ def report_lines(
             "-" if s.p_deadline is None else f"{s.p_deadline:.2f}",
             f"{s.mean_preemptions:.1f}",
             "-" if s.switched is None else f"{s.switched:.0%}",
+            f"{s.spot_work_hours:.2f}",
         ]
         for name, s in simulation.strategies.items()
     ]
@@ -140,6 +150,7 @@ def report_lines(
         "p_deadline",
         "preemptions",
         "switched",
+        "spot work h",
     ]
     lines += [("", text) for text in text_table(headers, rows)]
     lines += [("", f"  not simulated: {name}: {why}") for name, why in simulation.skipped.items()]
@@ -148,7 +159,7 @@ def report_lines(
         tau = "none (no preemption)" if t.tau_hours is None else f"{t.tau_hours:.3g} h"
         high = f"{t.interval_hours[1]:.3g}" if math.isfinite(t.interval_hours[1]) else "inf"
         cv = "-" if t.cv is None else f"{t.cv:.2f}"
-        lines.append(("", f"  trace {inputs.trace_source}:"))
+        lines.append(("", f"  trace {inputs.trace_source} ({inputs.trace_kind} trace):"))
         lines.append(
             (
                 "",

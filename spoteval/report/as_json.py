@@ -145,6 +145,7 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
         "every_episode": failures.every_episode,
         "first": [] if shared else [{"episode": e, "reason": r} for e, r in failures.first],
     }
+    out["deadline"] = report.deadline.to_json(shared=shared) if report.deadline is not None else None
     out["pool"] = None if report.pool is None else pool_json(report.pool, alias if shared else None)
     if shared:
         out["problems"] = _shared_problems(report.problems)

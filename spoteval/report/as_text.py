@@ -259,11 +259,20 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
             if len(grouped) > 40:
                 say(f"  ... and {len(grouped) - 40} more kinds of problem")
 
+    _render_deadline(say, report, shared)
     _render_placement(say, report, shared)
     text = buf.getvalue()
     if shared:
         text = scrub(text, private_strings(report))
     return text
+
+
+def _render_deadline(say: Callable[..., None], report: RunReport, shared: bool) -> None:
+    if report.deadline is not None:
+        for line in report.deadline.lines(shared=shared):
+            say(line)
+    elif report.deadline_note:
+        say(f"Deadline: {report.deadline_note}")
 
 
 def _render_placement(say: Callable[..., None], report: RunReport, shared: bool) -> None:

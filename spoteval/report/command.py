@@ -164,6 +164,7 @@ def run_report(
     if workload:
         base = read_workload(workload)
         base_source = f"prices, deadline and grant from {workload}"
+    users = base  # the deadline rule only for the user's own workload, never the example's deadline
     if base is None:
         base = {k: v for k, v in placement.EXAMPLE_WORKLOAD.items() if k not in ("lifetime_hours",)}
         base_source = "prices, deadline and grant from the built-in example workload (give --workload FILE)"
@@ -173,7 +174,7 @@ def run_report(
         raise UsageError(str(exc)) from None
     if capture is not None:
         print(f"report: {record_provider_events(*capture, opened).summary()}", file=sys.stderr)
-    rep = build(opened, run_id, base, base_source)
+    rep = build(opened, run_id, base, base_source, deadline_of=users, stack=stack)
     if plot:
         try:
             plot_timeline(rep, plot, shared=shared)

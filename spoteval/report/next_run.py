@@ -11,6 +11,7 @@ from typing import Any
 from spoteval import placement
 from spoteval.report.allocation import Allocation
 from spoteval.report.analysis import RunReport, analyse
+from spoteval.report.deadline import with_deadline
 from spoteval.report.load import load_run
 from spoteval.store import Store
 
@@ -154,9 +155,20 @@ def measured_workload(store: Store, run_id: str, base: Mapping[str, Any] | None)
     return workload_from_run(analyse(load_run(store, run_id)), base)
 
 
-def build(store: Store, run_id: str, base: Mapping[str, Any] | None, base_source: str) -> RunReport:
-    """Load, analyse, and attach the placement decision for the next run."""
+def build(
+    store: Store,
+    run_id: str,
+    base: Mapping[str, Any] | None,
+    base_source: str,
+    *,
+    deadline_of: Mapping[str, Any] | None = None,
+    stack: str | None = None,
+) -> RunReport:
+    """Load, analyse, and attach the placement decision for the next run, and, with `deadline_of`
+    (the user's workload), what its spot policy says about the deadline now."""
     rep = analyse(load_run(store, run_id))
+    if deadline_of is not None:
+        rep = with_deadline(rep, deadline_of, stack)
     workload = workload_from_run(rep, base)
     rep = with_placement(rep, decide, workload)
     missing = unmeasured(rep)
