@@ -64,6 +64,7 @@ test: lint workflows typecheck pytest
 
 bench: $(VENV)/.dev $(VLLM_VENV)/.ready
 	$(PY) -m benchmarks.placement_cli
+	$(PY) -m benchmarks.cant_be_late
 	$(PY) -m benchmarks.agent_bench
 	$(PY) -m benchmarks.claims_bench
 	$(PY) -m benchmarks.pool_bench
