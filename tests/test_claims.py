@@ -235,7 +235,7 @@ def test_a_node_that_leaves_in_order_is_taken_over_at_once(store: Store) -> None
     assert drain(b, store, 20) == eps  # no waiting: A's chunk is taken over, then chunk 1
 
 
-def test_a_restarted_node_ends_its_earlier_holder_without_waiting(store: Store) -> None:
+def test_a_restarted_node_takes_its_earlier_holders_episodes_back_then_ends_its_lease(store: Store) -> None:
     clock = Clock()
     eps = episodes(20)
     a1 = pool(store, "a", eps, clock, inc="first")
@@ -245,8 +245,13 @@ def test_a_restarted_node_ends_its_earlier_holder_without_waiting(store: Store) 
     a2.join([])
     end = json.loads(store.get(LAYOUT.lease(a1.holder, 1)) or b"{}")
     assert end["end"] == "replaced" and end["by"] == a2.holder
+    # before the end: one takeover of chunk 0, what a1 had started still started (a2 runs it first)
+    entry = json.loads(store.get(LAYOUT.chunk(0, 1)) or b"{}")
+    assert (entry["op"], entry["from"], entry["ranges"]) == ("takeover", a1.holder, [[0, 3]])
+    assert store.get(LAYOUT.lease(a1.holder, 1)) is not None
     assert drain(a2, store, 20) == eps
-    assert a2.counts["taken_over"] == 1
+    assert (a2.counts["taken_over"], a2.counts["reclaimed"]) == (0, 10)
+    assert [a2.standing(e, a1.holder) for e in eps[:3]] == ["own"] * 3  # its attempts are a2's now
 
 
 # --- stealing at the end ----------------------------------------------------------------------
