@@ -29,6 +29,8 @@ from tests.fake_metadata import (
     write_manifest,
 )
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 POOL = {"batch": 6, "renew_s": 0.5, "expiry_s": 5.0}
 
 
@@ -185,7 +187,11 @@ def test_a_budget_bounds_the_money_of_all_nodes_together(
     record = read_record(Store(target.url, target.options), "pool1")
     stops = [e for e in record.events if e.kind == "stop"]
     assert [e.reason for e in stops] == ["stop_rule:budget", "stop_rule:budget"]
-    assert all(stop.details["spent"] >= 12.0 for stop in stops)  # the pool's money, seen by each node
+    # each node stopped once the pool's money, as it saw it, reached the budget: its own part and
+    # what the other node's leases said it had spent (the money spent while stopping comes after)
+    assert all(
+        stop.details["spent"] >= 12.0 > 0 and stop.details["own"] < stop.details["spent"] for stop in stops
+    )
     store = Store(target.url, target.options)
     finals = {}
     for key in store.list(PoolLayout("pool1").prefix + "leases/"):
@@ -193,7 +199,6 @@ def test_a_budget_bounds_the_money_of_all_nodes_together(
         if lease["end"] == "released":
             finals[lease["node"]] = lease["state"]["totals"]["cost"]
     assert sorted(finals) == ["a", "b"]
-    assert max(finals.values()) < 12.0  # each stopped before its own money reached the budget
     assert sum(finals.values()) >= 12.0
 
 

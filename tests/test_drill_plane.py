@@ -8,9 +8,13 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from spoteval.drill.plane import LocalPlane
 from spoteval.record import utc_now
 from tests.fake_metadata import wait_for
+
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
 
 
 def test_a_start_publishes_its_number_and_launch_time_together_and_boots_without_the_lock(

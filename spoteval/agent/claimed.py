@@ -399,16 +399,17 @@ class AgentView(Protocol):
     def _cost(self) -> float | None: ...
 
 
-def figures(agent: AgentView) -> tuple[float, float | None]:
-    """(node time or wall time for max_runtime, money for the budget) that the stop rules compare:
-    this node's view of the run for a lone node; the whole pool's in a pool (every node's money, and
-    the wall time since the run's first start)."""
+def figures(agent: AgentView) -> tuple[float, float | None, float | None]:
+    """(node time or wall time for max_runtime, money for the budget, this node's own part of that
+    money or None) that the stop rules compare: this node's view of the run for a lone node; the
+    whole pool's in a pool (every node's money, and the wall time since the run's first start)."""
     runtime = agent.pending.runtime_s()
     if runtime is None:
-        return agent._uptime_s(), agent._cost()
+        return agent._uptime_s(), agent._cost(), None
     mine_s, price = agent._mine_s(), agent.price.per_hour
-    _, cost = agent.pending.run_wide(mine_s, None if price is None else price * mine_s / 3600.0)
-    return runtime, cost
+    own = None if price is None else price * mine_s / 3600.0
+    _, cost = agent.pending.run_wide(mine_s, own)
+    return runtime, cost, own
 
 
 def queue_for(agent: AgentView) -> EpisodeQueue:

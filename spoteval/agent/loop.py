@@ -354,7 +354,7 @@ class Agent(Holding, Attempts, Starting, Stopping):
                 else:
                     idle = now - self.idle_since
                 self.has_work = bool(self.running or self.pending)
-                uptime_s, cost = claimed.figures(self)
+                uptime_s, cost, own = claimed.figures(self)
                 state = RunState(
                     remaining=len(self.order) - len(self.final),
                     running=len(self.running),
@@ -362,6 +362,7 @@ class Agent(Holding, Attempts, Starting, Stopping):
                     cost=cost,
                     idle_s=idle,
                     price_per_hour=self.price.per_hour,
+                    own_cost=own,
                 )
                 stop = should_stop(state, self.config.stop_rules)
                 if stop is not None:
