@@ -89,6 +89,18 @@ def _docs(store: Store, prefix: str) -> list[tuple[str, dict[str, Any]]]:
     return [(k, json.loads(store.get(k) or b"{}")) for k in store.list(prefix)]
 
 
+def _fenced_alive(store: Store) -> set[str]:
+    """Holders whose lease another node ended while they ran (a loaded machine can delay renewals past
+    the expiry): each rejoined under the next holder id (`-2`, `-3`, ...)."""
+    holders = {d["holder"] for _, d in _docs(store, LAYOUT.prefix + "holders/")}
+    out = set()
+    for holder in holders:
+        base, _, generation = holder.rpartition("-")
+        if generation.isdigit():
+            out.add(base if generation == "2" else f"{base}-{int(generation) - 1}")
+    return out
+
+
 def test_a_node_killed_between_its_attempt_and_its_result_loses_no_finished_work(
     target: StoreTarget, tmp_path: Path, agents: list[AgentProcess]
 ) -> None:
@@ -113,7 +125,9 @@ def test_a_node_killed_between_its_attempt_and_its_result_loses_no_finished_work
     assert [(a.node, a.outcome) for a in record.attempts[dying]] == [("c", "completed")]
     assert record.results[dying].node == "c"
     taken = [d for _, d in _docs(store, LAYOUT.chunks_prefix()) if d["op"] == "takeover"]
-    assert taken and all(d["node"] in ("a", "b") and d["from"].startswith("c.") for d in taken)
+    assert any(d["from"].startswith("c.") for d in taken)
+    assert all(d["node"] in ("a", "b") for d in taken)
+    assert _fenced_alive(store) >= {d["from"] for d in taken if not d["from"].startswith("c.")}
     lost_runs = [a for a in _all_attempts(record) if a.details.get("lost")]
     assert all(a.node == "c" and a.outcome == "interrupted" for a in lost_runs)
     recorders = {e.details["incarnation"] for e in record.events if e.kind == "start" and e.node != "c"}
@@ -154,11 +168,11 @@ def test_a_holder_paused_past_its_expiry_gives_up_what_was_taken_over_and_nothin
         assert proc.wait(180) == 0, (node, proc.stderr())
     record = read_record(store, RUN)
     _check_once(record, ids)
-    [end] = ended_leases()
-    first = end["holder"]
-    assert first.startswith("c.") and end["by"] != first
-    holders = [d["holder"] for _, d in _docs(store, LAYOUT.prefix + "holders/")]
-    assert f"{first}-2" in holders  # it learned it was fenced and rejoined under a new holder
+    first = next(d["holder"] for _, d in _docs(store, LAYOUT.prefix + "holders/") if d["node"] == "c")
+    [end] = [d for d in ended_leases() if d["holder"] == first]
+    assert end["by"] != first
+    # it learned it was fenced and rejoined under a new holder (as any other holder the load delayed)
+    assert {d["holder"] for d in ended_leases()} <= _fenced_alive(store)
     assert "was ended by" in procs["c"].stderr()
     # what it had in flight when the lease ended is recorded once, by the taker, as interrupted
     incarnation = first.split(".", 1)[1]

@@ -104,26 +104,29 @@ def takeover_check(
         plan = hist.plan_recovery(
             history, node, now, episodes, max_attempts=max_attempts, incarnation=incarnation
         )
-        lost = () if end == "replaced" else plan.interrupted
+        lost_all = () if end == "replaced" else plan.interrupted
 
-        def commit() -> None:
+        def commit(moved: frozenset[str]) -> None:
+            lost = [a for a in lost_all if a.episode_id in moved]
+            results = [a for a in plan.results if a.episode_id in moved]
             up = uploader()
             with up.batch():
                 for attempt in lost:
                     up.submit(Item(ATTEMPT, attempt.to_json()))
-                for attempt in plan.results:
+                for attempt in results:
                     up.submit(Item(ATTEMPT, attempt.to_json(), write_result=True))
-            book.final.update(plan.final)
+            book.final.update(plan.final & moved)
             for episode, n in plan.failures.items():
-                if episode not in plan.final:
+                if episode in moved and episode not in plan.final:
                     book.failures[episode] = max(book.failures.get(episode, 0), n)
             for episode, n in plan.next_n.items():
-                book.next_n[episode] = max(book.next_n.get(episode, 1), n)
-            if lost or plan.results:
+                if episode in moved:
+                    book.next_n[episode] = max(book.next_n.get(episode, 1), n)
+            if lost or results:
                 log(
-                    f"took over {len(episodes)} episode(s) of {takeover.source or 'nobody'}: "
+                    f"took over {len(moved)} episode(s) of {takeover.source or 'nobody'}: "
                     f"{len(lost)} attempt(s) it had in flight recorded as interrupted (node lost), "
-                    f"{len(plan.results)} result(s) written from its recorded attempts"
+                    f"{len(results)} result(s) written from its recorded attempts"
                 )
 
         return Settled(results=results, final=plan.final, commit=commit)

@@ -262,7 +262,7 @@ class Pool(Watching, Taking):
         """End our lease ourselves: whatever we still own can be taken over at once."""
         with self.lock:
             if self.enabled:
-                self._mark_done()
+                self._mark_done(partial=True)
             lease = Lease(
                 self.holder,
                 self.k + 1,

@@ -50,18 +50,19 @@ class Takeover:
     read_back: bool = False  # our own entry, found in the log unchecked (its write's reply was lost)
 
 
-def _nothing() -> None:
+def _nothing(moved: frozenset[str]) -> None:
     return None
 
 
 @dataclass(frozen=True)
 class Settled:
     """What a check found: episodes with their result in the store, episodes whose outcome is recorded
-    (results included: not to run again), and what to do once the takeover entry is ours."""
+    (results included: not to run again), and what to write once the takeover entry is ours
+    (`commit(moved)`, for the episodes the entry moved: the log may have changed while it checked)."""
 
     results: frozenset[str] = frozenset()
     final: frozenset[str] = frozenset()
-    commit: Callable[[], None] = field(default=_nothing)
+    commit: Callable[[frozenset[str]], None] = field(default=_nothing)
 
 
 Check = Callable[[Takeover], Settled]

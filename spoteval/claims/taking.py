@@ -73,16 +73,22 @@ class Taking:
                 self._add_done([i])
                 self.unmarked.add(self.plan.chunk_of(i))
 
-    def _mark_done(self) -> None:
+    def _mark_done(self, *, partial: bool = False) -> None:
+        """`done` entries for chunks where every episode we own has its result (`partial`, as we
+        leave: for those of them that have one, so a taker need not look for them)."""
+        if partial:
+            self.unmarked.update(c for c, chunk in self.logs.items() if chunk.owned_by(self.holder))
         for c in sorted(self.unmarked):
             chunk = self.logs.get(c)
             if chunk is None:
                 self.unmarked.discard(c)
                 continue
             mine = chunk.owned_by(self.holder)
-            if not mine or (
-                all(self._index(chunk, o) in self.done for o in mine) and self._append(c, "done", mine)
-            ):
+            have = [o for o in mine if self._index(chunk, o) in self.done]
+            if partial and have and len(have) < len(mine):
+                self._append(c, "done", have)
+                self.unmarked.discard(c)
+            elif not mine or (len(have) == len(mine) and self._append(c, "done", mine)):
                 self.unmarked.discard(c)
 
     # --- taking ----------------------------------------------------------------------------------
@@ -145,14 +151,17 @@ class Taking:
     # --- takeovers -------------------------------------------------------------------------------
 
     def _candidate(self) -> Takeover | None:
-        """The first chunk where an ended holder (not one of ours: those are reclaimed) owns episodes."""
+        """The first chunk where an ended holder (not one of ours: those are reclaimed) owns episodes
+        that the log does not mark done. All of them move with the takeover, so all are checked:
+        one whose result this node knows of, but the log does not, must come over settled
+        (started), or a third node that does not know of its result could steal it and run it."""
         ended = {h for h, w in self.watched.items() if w.ended} - self.own_old
         for c in sorted(self.logs):
             chunk = self.logs[c]
             for source in [*sorted({o for o in chunk.owner if o in ended}), None]:
                 if source is None and (chunk.length == 0 or chunk.entries[0] is not None):
                     continue  # nobody-owned offsets only where entry 0 is unreadable
-                left = [o for o in chunk.owned_by(source) if self._index(chunk, o) not in self.done]
+                left = chunk.owned_by(source)
                 if left:
                     episodes = tuple(self.episodes[self._index(chunk, o)] for o in left)
                     return Takeover(c, source, tuple(left), episodes)
@@ -160,11 +169,18 @@ class Taking:
 
     def _take_over(self, takeover: Takeover, settled: Settled) -> None:
         """Write the takeover entry (settled episodes started, so nobody runs them again); once it is
-        ours, `settled.commit()` writes what the check found to write. Another entry in that place:
-        nothing is written, the next round decides again."""
+        ours, `settled.commit(moved)` writes what the check found for the episodes it moved. The log
+        changed meanwhile (another taker, or this node read newer entries while it checked): only
+        what the source still owns moves, and nothing is written for the rest; another entry in
+        that place: nothing is written, the next round decides again."""
         c = takeover.c
         chunk = self.logs[c]
-        final = [o for o, e in zip(takeover.offsets, takeover.episodes, strict=True) if e in settled.final]
+        final = [
+            o
+            for o, e in zip(takeover.offsets, takeover.episodes, strict=True)
+            if e in settled.final or self._index(chunk, o) in self.done
+        ]
+        before = list(chunk.owner)
         if takeover.read_back:  # the entry is ours already: mark the settled, queue the rest we started
             self.recheck.remove(takeover)
             mine = [o for o in takeover.offsets if chunk.owner[o] == self.holder]
@@ -178,17 +194,26 @@ class Taking:
                 for o in mine
                 if chunk.started[o] and o not in final and (i := self._index(chunk, o)) not in queued
             )
-        elif not self._append(c, "takeover", final, takeover.source):
-            return
+            moved = mine
+        else:
+            if not any(before[o] == takeover.source for o in takeover.offsets):
+                return  # taken by another node meanwhile
+            if not self._append(c, "takeover", final, takeover.source):
+                return
+            moved = [
+                o for o in takeover.offsets if before[o] == takeover.source and chunk.owner[o] == self.holder
+            ]
+        episodes = frozenset(self.episodes[self._index(chunk, o)] for o in moved)
         self.counts["taken_over"] += 1
-        self._add_done(self.index[e] for e in settled.results)
+        self._add_done(self.index[e] for e in settled.results & episodes)
+        self.unmarked.add(c)  # a `done` entry once every episode of ours there has its result
         if takeover.source is not None:
-            self.takeovers.append((takeover.source, list(takeover.episodes)))
-        settled.commit()
-        left = [o for o in takeover.offsets if chunk.owner[o] == self.holder and not chunk.started[o]]
+            self.takeovers.append((takeover.source, sorted(episodes)))
+        settled.commit(episodes)
+        left = [o for o in moved if not chunk.started[o]]
         self.log(
             f"took over chunk {c} from {takeover.source or 'nobody (unreadable claim)'}: "
-            f"{len(final)} settled already, {len(left)} to run"
+            f"{len(moved) - len(left)} settled already, {len(left)} to run"
         )
 
     def _reclaim_pending(self) -> None:
@@ -209,6 +234,7 @@ class Taking:
                     break
                 started = [o for o in owned if chunk.started[o]]
                 if self._append(c, "takeover", started, old):
+                    self.unmarked.add(c)
                     for o in owned:
                         self.adopted[(old, self._index(chunk, o))] = self.holder
                     queued = self.done | set(self.ready)
