@@ -111,9 +111,9 @@ def run(
         "per_s": len(ids) / wall,
         "duplicated": figures.duplicated_share,
         "duplicated_s": figures.duplicated_s,
-        "lost_s": figures.lost_s,
+        "lost_s": figures.interrupted_s,
         "episode_s": figures.episode_s,
-        "twice": figures.finished_twice_share,
+        "twice": figures.beyond_interrupted_share,
         "beyond_one": figures.beyond_one,
         "by_node": {node: share.results for node, share in sorted(figures.nodes.items())},
     }
