@@ -10,6 +10,13 @@ This module is the contract between the node agent (which writes the record), an
     runs/{run_id}/events/{UTC time}-{node}-{seq}.json   one object per event, sortable by name
     runs/{run_id}/harness/{episode_id}/...        create-only: harness shards' samples and logs
                                                   (keys in spoteval/harness/progress.py)
+    runs/{run_id}/pool/...                        create-only: a pool's claims (spoteval/claims/)
+    runs/{run_id}/operator/{UTC time}-{node}-{seq}.json   create-only: the operator's journal
+                                                  (spoteval/operate/journal.py)
+    runs/{run_id}/operator-lease/{k:08d}.json     create-only: the operator lease, one operator at a
+                                                  time (spoteval/operate/lease.py)
+
+Readers ignore the prefixes they do not know.
 
 Writing is strict: an unknown kind, reason or outcome raises `RecordError`. Reading is lenient:
 `Event.from_json` and `Attempt.from_json` keep unknown fields and values and report them as

@@ -50,7 +50,16 @@ CASES = [
     ),
     (
         ("spoteval.drill", "--bogus"),
-        "python -m spoteval.drill: the only command is `node --config agent.json --boot-file FILE`",
+        "python -m spoteval.drill: the commands are `node --config agent.json --boot-file FILE` "
+        "and `operator DIR [--once]`",
+    ),
+    (
+        ("spoteval.drill", "operator"),
+        "python -m spoteval.drill operator: the following arguments are required: folder",
+    ),
+    (
+        ("scripts.operate", "--stack", "a", "--lease-ttl", "1"),
+        "python -m scripts.operate: argument --lease-ttl: '1' must be at least 2",
     ),
     (("spoteval.agent", "--bogus", "--config", "a.json"), "spot-eval-agent: unrecognized arguments: --bogus"),
 ]

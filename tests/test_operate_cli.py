@@ -57,13 +57,15 @@ def test_status_answers_from_the_provider_and_the_record_and_starts_nothing(
     out = capsys.readouterr().out
     assert out.splitlines() == [
         "pod1: preempted, waiting for capacity; provider: stopped (EXITED); "
-        "taken by the provider (notice:preempted); work remains"
+        "taken by the provider (notice:preempted); work remains",
+        "operator: no operator has taken the lease",
     ]
     assert main(["status", "--outputs", outputs, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(n["node"], n["status"], n["reason"]) for n in doc["nodes"]] == [
         ("pod1", "preempted", "notice:preempted")
     ]
+    assert (doc["operator"]["lease"], doc["operator"]["holder"]) == ("free", None)
     assert set(runpod.operations()) == {"getPod"}
     assert not MUTATIONS & set(runpod.operations())
     assert record.keys() == keys

@@ -78,7 +78,7 @@ def run_command(cfg: DrillConfig, *, as_json: bool = False, shared: bool = False
             f"--workload {out / 'workload.json'}"
         )
         nodes = "agent.json, node/logs/" if result.config.nodes == 1 else "agent*.json, node-*/logs/"
-        print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, {nodes}")
+        print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, operator.json, {nodes}")
         if result.store_url.startswith("file://"):
             print(f"Report again: {again}")
     return 0 if result.finished else 1

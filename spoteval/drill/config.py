@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from spoteval.agent.config import build_agent_config
+from spoteval.grant import Grant
+from spoteval.operate.decide import Timing
 from spoteval.record import format_time
 
 NODE_ID: Final = "drill-node-1"
@@ -71,10 +73,15 @@ class DrillConfig:
     #: the store, whatever its drawn lifetime; later lives are drawn as usual
     preempt_after_samples: int | None = None
     nodes: int = 1  # K > 1: K nodes of one run sharing its episodes through claims (a pool)
+    #: the drill's operator lease: a second operator takes over this long after the drill's
+    #: operator fell silent (the drill was killed); renewed every quarter of it
+    lease_ttl_s: float = 20.0
 
     def check(self) -> None:
         if self.nodes < 1:
             raise DrillError(f"--nodes must be >= 1, got {self.nodes}")
+        if not math.isfinite(self.lease_ttl_s) or self.lease_ttl_s < 2:
+            raise DrillError(f"lease_ttl_s must be at least 2, got {self.lease_ttl_s}")
         for name in ("lifetime_s", "capacity_delay_s", "timeout_s", "heartbeat_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -239,6 +246,15 @@ def standin_command(cfg: DrillConfig) -> tuple[str, ...]:
 
 #: The agents' `pool` section in a drill of K > 1 nodes: renewals and expiry scaled to its seconds.
 DRILL_POOL: Final = {"batch": 8, "renew_s": 1.0, "expiry_s": 5.0}
+
+
+#: The drill's operator checks every half second and backs off from half a second to two when the
+#: node has no capacity (against a cloud: every 60 s, from 60 s to 15 minutes).
+OPERATOR_TIMING: Final = Timing(
+    interval_s=0.5, backoff_first_s=0.5, backoff_max_s=2.0, stop_timeout_s=30.0, done_grace_s=30.0
+)
+#: The drill's grant: its spot node never costs more than on-demand.
+DRILL_GRANT: Final = Grant(price_cap=ON_DEMAND_PRICE, currency="USD")
 
 
 def node_id(cfg: DrillConfig, index: int) -> str:

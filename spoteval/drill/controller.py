@@ -12,7 +12,11 @@
   harness samples are in the store: the notice then, the kill `notice_s` later;
 - the operator (spoteval.operate, the same code that runs against a cloud) checks the node every half
   second: it waits for capacity with backoff, reads the price, checks the grant (spot never above the
-  on-demand price), starts the node again and records the start (`restart_after_preemption`).
+  on-demand price), starts the node again and records the start (`restart_after_preemption`). It runs
+  under the run's operator lease, as every operator does, and the drill writes `operator.json` into
+  its folder, so a second operator started by hand (`python -m spoteval.drill operator DIR`,
+  spoteval/drill/attach.py) only reads while the drill's holds the lease, and takes over if the drill
+  is killed.
 
 Just before each notice the controller freezes the node (SIGSTOP), lists the episodes in flight from
 the processes' command lines, delivers the notice and lets the node run on: the tests compare that
@@ -39,9 +43,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from spoteval import loopback
+from spoteval.drill.attach import DrillNode, DrillRun, write_operator_file
 from spoteval.drill.config import (
+    DRILL_GRANT,
     NODE_PLACE,
-    ON_DEMAND_PRICE,
+    OPERATOR_TIMING,
     DrillConfig,
     DrillError,
     DrillResult,
@@ -54,25 +60,17 @@ from spoteval.drill.config import (
     node_id,
 )
 from spoteval.drill.display import Display
-from spoteval.drill.node import pythonpath
+from spoteval.drill.node import launch_node, pythonpath
 from spoteval.drill.plane import Launch, LocalPlane, local_outputs
 from spoteval.drill.procs import episodes_in, frozen, identifiable
-from spoteval.grant import Grant
 from spoteval.loopback import LaunchError, free_port
 from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
-from spoteval.operate.decide import Timing
-from spoteval.operate.loop import Operator
+from spoteval.operate.lease import OperatorLease, holder_name
+from spoteval.operate.loop import Line, Operator
 from spoteval.record import Event, RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 _PREEMPTED_SEQ: Final = 900_000
-#: The drill's operator checks every half second and backs off from half a second to two when the
-#: node has no capacity (against a cloud: every 60 s, from 60 s to 15 minutes).
-OPERATOR_TIMING: Final = Timing(
-    interval_s=0.5, backoff_first_s=0.5, backoff_max_s=2.0, stop_timeout_s=30.0, done_grace_s=30.0
-)
-#: The drill's grant: its spot node never costs more than on-demand.
-DRILL_GRANT: Final = Grant(price_cap=ON_DEMAND_PRICE, currency="USD")
 
 
 def start_moto(out: Path) -> loopback.Server:
@@ -155,29 +153,7 @@ class Drill:
     # the provider ---------------------------------------------------------------------------
 
     def _launch(self, config: Path, incarnation: int, index: int = 1) -> subprocess.Popen[bytes]:
-        folder = node_dir(self.cfg, index)
-        logs = folder / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        log = open(logs / f"node-{incarnation}.log", "wb")  # noqa: SIM115 - the child holds it
-        try:
-            return subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "spoteval.drill",
-                    "node",
-                    "--config",
-                    str(config),
-                    "--boot-file",
-                    str(folder / "boot.json"),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, "PYTHONPATH": pythonpath()},
-            )
-        finally:
-            log.close()
+        return launch_node(config, node_dir(self.cfg, index), f"node-{incarnation}.log")
 
     def _write_preempted(
         self, store: Store, layout: RunLayout, at: datetime, launched: datetime, node: str
@@ -262,6 +238,20 @@ class Drill:
             for i, c in enumerate(configs, start=1)
         ]
         members = [_Member(plane, i) for i, plane in enumerate(self.planes, start=1)]
+        nodes = zip(self.planes, configs, strict=True)
+        write_operator_file(
+            self.out,
+            DrillRun(
+                run_id,
+                store_url,
+                options,
+                cfg.lease_ttl_s,
+                tuple(
+                    DrillNode(p.node, c.resolve(), node_dir(cfg, i))
+                    for i, (p, c) in enumerate(nodes, start=1)
+                ),
+            ),
+        )
         operator = Operator(
             local_outputs(run_id, store_url, tuple(p.node for p in self.planes)),
             {p.node: p for p in self.planes},
@@ -269,6 +259,7 @@ class Drill:
             store,
             timing=OPERATOR_TIMING,
             start_timeout_s=30.0,
+            lease=OperatorLease(store, run_id, holder=holder_name("drill"), ttl_s=cfg.lease_ttl_s),
         )
         kills: list[Kill] = []
         exit_codes: list[int | None] = []
@@ -279,11 +270,13 @@ class Drill:
             target=self._operate, args=(operator, operating), name="operator", daemon=True
         )
         thread.start()
+        finished = False
         try:
             finished = self._loop(life, members, operator, kills, exit_codes)
         finally:
             operating.set()
             thread.join(timeout=60)
+            self._let_go(operator, finished=finished)
         result = DrillResult(
             config=cfg,
             run_id=run_id,
@@ -302,13 +295,26 @@ class Drill:
         (self.out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
         return result
 
+    def _let_go(self, operator: Operator, *, finished: bool) -> None:
+        """The drill's operator ends its turn: after a last check when every episode has its result
+        (the lease then says `finished`, and a later operator exits at once), else released."""
+        lines: list[Line] = []
+        try:
+            lines = operator.check_all() if finished else []
+        finally:
+            operator.let_go(lines)
+
     def _operate(self, operator: Operator, stop: threading.Event) -> None:
         """The operator's own loop (as it runs beside a cloud's nodes): a check every interval. Its
         starts show as the controller's `node start N` lines; what went wrong is logged as it is."""
+        reading = False
         while not stop.wait(OPERATOR_TIMING.interval_s):
             for line in operator.check_all():
                 if line.action in ("refused", "error"):
                     self._log(f"operator: {line.action}: {line.message}")
+            if operator.reading and not reading and operator.standing is not None:
+                self._log(f"operator: {operator.standing.line()}")  # another operator took the lease
+            reading = operator.reading
 
     def _loop(
         self,

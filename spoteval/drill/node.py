@@ -1,7 +1,9 @@
 """The drill node's startup path: what the startup script is on a real node.
 
 `python -m spoteval.drill node --config agent.json --boot-file F` notes the boot time in the agent's
-boot file, starts the agent with the same config every time, and stays as the node's init.
+boot file, starts the agent with the same config every time, and stays as the node's init; it notes
+its own pid beside the boot file (`init.json`), so an operator started by hand
+(spoteval/drill/attach.py) finds the node. `launch_node` starts it, for the drill and that operator.
 
 On Linux this process is a child subreaper, so an episode or model server orphaned by the agent
 stays inside the node and dies with it. Elsewhere such orphans may escape (the drill then kills what
@@ -48,9 +50,8 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     # ignored at the OS level (a Python handler would be reset while this process shuts down)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     Path(args.boot_file).parent.mkdir(parents=True, exist_ok=True)
-    tmp = f"{args.boot_file}.tmp"
-    Path(tmp).write_text(json.dumps({"boot_time": format_time(boot), "source": "drill"}))
-    os.replace(tmp, args.boot_file)
+    _write(Path(args.boot_file), {"boot_time": format_time(boot), "source": "drill"})
+    _write(init_file(Path(args.boot_file)), {"pid": os.getpid(), "started": format_time(boot)})
     env = {**os.environ, "PYTHONPATH": pythonpath()}
     agent = subprocess.Popen(
         [sys.executable, "-m", "spoteval.agent", "--config", args.config],
@@ -71,6 +72,43 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     return 0 if code is None else (code if code >= 0 else 128 - code)
 
 
+def _write(path: Path, doc: dict[str, object]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)
+
+
+def init_file(boot_file: Path) -> Path:
+    """Where the node's init notes its pid: beside the boot file."""
+    return boot_file.with_name("init.json")
+
+
+def launch_node(config: Path, folder: Path, log_name: str) -> subprocess.Popen[bytes]:
+    """Start the node's startup path in its own session, its output in `folder/logs/log_name`."""
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = open(logs / log_name, "wb")  # noqa: SIM115 - the child holds it
+    try:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "spoteval.drill",
+                "node",
+                "--config",
+                str(config),
+                "--boot-file",
+                str(folder / "boot.json"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": pythonpath()},
+        )
+    finally:
+        log.close()
+
+
 def _default_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -78,15 +116,3 @@ def _default_sigterm() -> None:
 def pythonpath() -> str:
     parts = [str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return os.pathsep.join(dict.fromkeys(parts))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m spoteval.drill node ...` (the node's startup path; the drill itself is scripts/drill.py)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] != "node":
-        print(
-            "python -m spoteval.drill: the only command is `node --config agent.json --boot-file FILE`",
-            file=sys.stderr,
-        )
-        return 2
-    return node_main(args[1:])

@@ -1,9 +1,14 @@
 """The operator loop: per node, read its state and the record, decide, act, record; then wait.
 
     op = Operator(outputs, planes, grant, store)
-    op.check_all()          # one pass over every node (what `--once` does)
+    op.once()               # one pass over every node, then the lease let go (what `--once` does)
     op.run()                # passes every `timing.interval_s` until every node is done or stopped
     op.status()             # read-only: the status of each node; never starts or stops anything
+
+With a `lease` (spoteval.operate.lease) every pass first takes or keeps the run's operator lease: a
+pass that finds another run holding it only reads (`check_all` returns no lines and says so once), and
+every start or stop is preceded by a check that the lease is still ours. `run` and `once` let the
+lease go when they end: `finished` when the run is done and every node settled, else `released`.
 
 Clocks and sleeps are injected (`clock`, `sleep`) so tests run without waiting.
 """
@@ -20,6 +25,7 @@ from spoteval.clouds import CapacityError, ControlPlane, ControlPlaneError, Node
 from spoteval.grant import Grant
 from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
 from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
+from spoteval.operate.lease import FINISHED, HELD, OperatorLease, Standing
 from spoteval.operate.status import (
     DONE,
     STOPPED,
@@ -67,6 +73,7 @@ class Operator:
         clock: Callable[[], datetime] = utc_now,
         sleep: Callable[[float], None] = time.sleep,
         say: Callable[[str], None] = lambda _: None,
+        lease: OperatorLease | None = None,
     ) -> None:
         self.outputs = outputs
         self.planes = dict(planes)
@@ -80,6 +87,57 @@ class Operator:
         self.layout = RunLayout(outputs.run_id)
         self.journal = Journal(store, outputs)
         self._cache: dict[str, object] = {}  # record objects already read (they never change)
+        self.lease = lease
+        self.standing: Standing | None = None  # the lease as the latest pass found it
+
+    # --- the lease --------------------------------------------------------------------------------
+
+    @property
+    def reading(self) -> bool:
+        """Another run holds the lease (or the run is finished): this one only reads."""
+        return self.standing is not None and self.standing.kind != HELD
+
+    def _take_lease(self) -> bool:
+        """Take or keep the lease before a pass. False: another run holds it, or the run is
+        finished; the line saying so is said when that changes, not on every pass."""
+        if self.lease is None:
+            return True
+        before = self.standing
+        standing = self.lease.take()
+        self.standing = standing
+        if standing.kind == HELD:
+            # said when a reader takes over (the holder let go or fell silent), or a first take
+            # ends a silent holder's turn; the caller says what it found before the first pass
+            if (before is not None and before.kind != HELD) or (before is None and standing.took_over):
+                self.say(standing.line())
+            return True
+        same = (
+            before is not None
+            and before.kind == standing.kind
+            and (before.latest.holder if before.latest else None)
+            == (standing.latest.holder if standing.latest else None)
+        )
+        if not same:
+            self.say(standing.line())
+        return False
+
+    def _may_act(self) -> bool:
+        return self.lease is None or self.lease.confirm()
+
+    def _why_not(self) -> str:
+        lost = self.lease.lost if self.lease is not None else None
+        if lost is not None:
+            who = lost.latest.holder if lost.latest is not None else "another operator"
+            return f"{who} took the operator lease"
+        return "the operator lease could not be renewed in time (the store did not answer)"
+
+    def let_go(self, lines: list[Line]) -> None:
+        """End this run's turn with the lease: `finished` when every node's line says the run is done
+        and nothing is left to do for it, else `released` (the next run takes it at once)."""
+        if self.lease is None:
+            return
+        finished = bool(lines) and all(line.status.status == DONE and self._settled(line) for line in lines)
+        self.lease.release(finished=finished)
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -156,6 +214,8 @@ class Operator:
             except ControlPlaneError as exc:
                 return Line(node, status, "error", f"cannot read the price: {exc}")
             action = decide(view, self.grant, run, now=self.clock(), timing=self.timing, price=price)
+        if action.kind in (START, STOP) and not self._may_act():
+            return Line(node, status, "reading", f"not acting ({action.kind}): {self._why_not()}")
         if action.kind == START:
             return self._start(node, plane, status, view, action)
         if action.kind == STOP:
@@ -285,12 +345,14 @@ class Operator:
         loop goes on, so one bad answer never leaves the other nodes unwatched."""
         lines: list[Line] = []
         states: dict[str, NodeState | Exception] = {}
-        for node, plane in self.planes.items():  # the states first, then the record (see `check`)
-            try:
-                states[node] = plane.state()
-            except Exception as exc:  # reported on that node's line below
-                states[node] = exc
         try:
+            if not self._take_lease():
+                return lines
+            for node, plane in self.planes.items():  # the states first, then the record (see `check`)
+                try:
+                    states[node] = plane.state()
+                except Exception as exc:  # reported on that node's line below
+                    states[node] = exc
             run = self.read()
         except StoreError as exc:
             unknown = NodeStatus("", UNKNOWN, None, None, "the run record cannot be read")
@@ -299,6 +361,8 @@ class Operator:
                 self.say(lines[-1].text())
             return lines
         for node in self.planes:
+            if self.lease is not None:
+                self.lease.tick()
             try:
                 line = self.check(node, run, states[node])
             except StoreError as exc:
@@ -322,16 +386,36 @@ class Operator:
             return False
         return line.action == "stopped" or not status.running or not self.planes[line.node].can_stay_stopped
 
-    def run(self, *, max_passes: int | None = None) -> list[Line]:
-        """Check every node every `timing.interval_s` until each is done or stopped for good."""
-        passes = 0
-        while True:
+    def once(self) -> list[Line]:
+        """One pass over every node, then the lease let go (`--once`)."""
+        lines: list[Line] = []
+        try:
             lines = self.check_all()
-            passes += 1
-            settled = all(self._settled(line) for line in lines)
-            if settled or (max_passes is not None and passes >= max_passes):
-                return lines
-            self.sleep(self.timing.interval_s)
+        finally:
+            self.let_go(lines)
+        return lines
+
+    def run(self, *, max_passes: int | None = None) -> list[Line]:
+        """Check every node every `timing.interval_s` until each is done or stopped for good. While
+        another run holds the lease this one only reads, and takes the lease over when that run
+        lets it go or falls silent; a finished run ends it at once."""
+        passes = 0
+        lines: list[Line] = []
+        try:
+            while True:
+                lines = self.check_all()
+                passes += 1
+                last = max_passes is not None and passes >= max_passes
+                if self.reading:
+                    if last or (self.standing is not None and self.standing.kind == FINISHED):
+                        return lines
+                elif last or all(self._settled(line) for line in lines):
+                    self.let_go(lines)
+                    return lines
+                self.sleep(self.timing.interval_s)
+        finally:
+            if self.lease is not None:
+                self.lease.release()  # interrupted or failed: the next run takes the lease at once
 
 
 def _members(state: NodeState | None) -> set[str]:
