@@ -1,11 +1,11 @@
 """Start-up per shard and model time per sample of each harness, and the episode size they give.
 
-    python -m benchmarks.harness_bench [--samples 10] [--sample-s 1.4]
+    python -m benchmarks.harness_bench [--samples 10] [--sample-s 1.4] [--write]
 
 For inspect-ai and lm-eval in turn: the shipped ten-question task (spoteval/harness/tasks/), run
-through the shard runner (`python -m spoteval.harness run`, a fresh process, as on a node) against
-the stand-in model server on loopback, with a folder store: once as a one-sample shard and once as
-one shard of `--samples` samples. Prints, per harness:
+through the shard runner (`python -m spoteval.harness run`, a fresh process from an unpacked agent
+bundle, as on a node) against the stand-in model server on loopback, with a folder store: once as a
+one-sample shard and once as one shard of `--samples` samples. Prints, per harness:
 
 - start-up per shard: the process's wall time minus the model time of its samples (interpreter,
   imports, task and dataset load, client set-up, log writing), median of the two runs;
@@ -14,12 +14,16 @@ one shard of `--samples` samples. Prints, per harness:
 - the episode size spot-eval chooses for 1000 samples from those two figures, and for a model that
   takes `--sample-s` per sample (the drill's 1.4 s).
 
+`--write` stores the two figures of each harness, with the harness's version, the date and the
+machine's load, in spoteval/harness/measured.json: what shard plans are chosen from by default.
+
 A measurement, not a test: it prints figures and exits non-zero only when a run fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -34,15 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from spoteval import standin
-from spoteval.harness.shards import HarnessBlock, Timing, choose_episode_size, episode_command
+from spoteval.bundle.build import build_bundle
+from spoteval.bundle.unpack import unpack
+from spoteval.harness.shards import HarnessBlock, choose_episode_size, episode_command
+from spoteval.harness.timing import MEASURED_FILE, Timing
 
-REPO = Path(__file__).resolve().parent.parent
+#: the shipped tasks as they are named inside the bundle's spoteval/ package
 TASKS = {
     "inspect": HarnessBlock("inspect", "spoteval/harness/tasks/inspect_tiny.py@spoteval_tiny", "standin"),
-    "lm-eval": HarnessBlock(
-        "lm-eval", "spoteval_tiny", "standin", options={"include_path": "spoteval/harness/tasks/lm_eval"}
-    ),
+    "lm-eval": HarnessBlock("lm-eval", "spoteval/harness/tasks/lm_eval@spoteval_tiny", "standin"),
 }
+VERSIONS = {"inspect": "inspect_ai", "lm-eval": "lm_eval"}
 INSPECT_IDS = ["arith/1", "colour 1", "geo/1", "bio/1", "astro/1", "phys/1", "words/1", "colour 2", "arith/2"]
 
 
@@ -52,21 +58,21 @@ def _samples(harness: str, n: int) -> list[Any]:
 
 
 def _run(
-    block: HarnessBlock, url: str, work: Path, episode: str, samples: list[Any]
+    block: HarnessBlock, url: str, work: Path, episode: str, samples: list[Any], *, root: Path
 ) -> tuple[float, dict[str, Any]]:
     out = work / f"{episode}.json"
     values = {"{model_url}": url, "{output}": str(out), "{episode_id}": episode}
     argv = [values.get(a, a) for a in episode_command(block, sys.executable)]
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(root),
         "SPOTEVAL_STORE": f"file://{work}/store",
         "SPOTEVAL_RUN_ID": "bench",
         "SPOTEVAL_WORK_DIR": str(work / "node"),
         "SPOTEVAL_EPISODE_PARAMS": json.dumps({"samples": samples}),
     }
     t0 = time.monotonic()
-    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, check=False)
+    done = subprocess.run(argv, env=env, cwd=root, capture_output=True, check=False)
     wall = time.monotonic() - t0
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
@@ -81,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--samples", type=int, default=10, help="samples in the larger shard (at most 10)")
     parser.add_argument("--sample-s", type=float, default=1.4, help="a real model's time per sample")
+    parser.add_argument("--write", action="store_true", help=f"store the figures in {MEASURED_FILE.name}")
     args = parser.parse_args(argv)
+    measured: dict[str, Any] = {}
     n = max(2, min(10, args.samples))
     server = standin.serve("127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
@@ -91,10 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for harness, block in TASKS.items():
             with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
                 work = Path(tmp)
+                archive = work / "agent-bundle.zip"
+                archive.write_bytes(build_bundle().data)
+                root = unpack(archive, work / "bundle")
                 startups: list[float] = []
                 per_sample = 0.0
                 for episode, samples in (("one", _samples(harness, 1)), ("many", _samples(harness, n))):
-                    wall, result = _run(block, server.base_url, work, episode, samples)
+                    wall, result = _run(block, server.base_url, work, episode, samples, root=root)
                     startups.append(wall - float(result["model_s"]))
                     if episode == "many":
                         per_sample = float(result["model_s"]) / max(1, int(result["ran"]))
@@ -104,12 +115,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"{harness:<8} {startup:>12.2f} s {per_sample:>12.3f} s {size_here:>16d} {size_real:>21d}"
                 )
+                measured[harness] = {
+                    "startup_s": round(startup, 2),
+                    "sample_s": round(max(per_sample, 1e-3), 4),
+                    "version": f"{VERSIONS[harness]} {importlib.metadata.version(VERSIONS[harness])}",
+                    "measured": f"{time.strftime('%Y-%m-%d')}, load average {os.getloadavg()[0]:.1f}",
+                }
     except RuntimeError as exc:
         print(f"harness_bench: {exc}", file=sys.stderr)
         return 1
     finally:
         server.shutdown()
         server.server_close()
+    if args.write:
+        MEASURED_FILE.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {MEASURED_FILE}")
     return 0
 
 

@@ -12,7 +12,7 @@ from typing import Final, Protocol
 
 import pulumi
 
-from components.bundle import build_bundle, write_bundle
+from components.bundle import Bundle, build_bundle, write_bundle
 from components.capture import EVENT_CAPTURE, event_capture
 from components.settings import ProviderSettings, Settings, SettingsError
 from spoteval.clouds import OUTPUT_KEYS
@@ -20,6 +20,25 @@ from spoteval.clouds import OUTPUT_KEYS
 PROJECT_DIR: Final = Path(__file__).resolve().parent.parent
 #: renders (tests, scripts/plan.py) fix the clock so that what they print is repeatable
 CLOCK: ContextVar[datetime | None] = ContextVar("spot_eval_clock", default=None)
+#: the stack file being rendered (scripts/plan.py, the tests); `pulumi up`: stacks/Pulumi.STACK.yaml
+STACK_FILE: ContextVar[Path | None] = ContextVar("spot_eval_stack_file", default=None)
+
+
+def repository_of(path: Path) -> Path:
+    """The repository a stack file belongs to: the nearest folder above it with `.git` or
+    `Pulumi.yaml`, else the folder that holds it. The eval block's paths are relative to it."""
+    folder = path.resolve().parent
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists() or (candidate / "Pulumi.yaml").is_file():
+            return candidate
+    return folder
+
+
+def stack_base(settings: Settings) -> Path:
+    """The folder relative `eval.task`, `eval.workdir` and `eval.requirements` paths start from."""
+    rendered = STACK_FILE.get()
+    return repository_of(rendered or PROJECT_DIR / "stacks" / f"Pulumi.{settings.stack}.yaml")
+
 
 #: stack outputs, the same names on every provider (`pulumi stack output --json` is read by the
 #: scripts through spoteval.clouds, which owns the list)
@@ -90,13 +109,13 @@ def short_hash(*parts: str, length: int = 10) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
 
 
-def manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path | None:
+def manifest_path(settings: Settings, bundle: Bundle, project_dir: Path = PROJECT_DIR) -> Path | None:
     """The stack's manifest file, checked with the run record's own parser."""
     from spoteval.manifest import parse_manifest
     from spoteval.record import RecordError
 
     if settings.eval.harness is not None:
-        return harness_manifest_path(settings, project_dir)
+        return harness_manifest_path(settings, bundle)
     if settings.eval.manifest is None:
         return None
     path = project_dir / settings.eval.manifest
@@ -117,14 +136,23 @@ def manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path |
     return path
 
 
-def harness_manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -> Path:
-    """The shard manifest of the stack's harness (components/eval_settings.py), its plan stated."""
-    from components.eval_settings import check_task, shard_plan, statement, write_manifest
+def harness_manifest_path(settings: Settings, bundle: Bundle) -> Path:
+    """The shard manifest of the stack's harness (components/eval_settings.py), its plan stated: the
+    task is checked in, and its samples listed from, the bundle as built."""
+    from components.eval_settings import check_task, resolve_eval, shard_plan, statement, write_manifest
 
     harness = settings.eval.harness
     assert harness is not None
-    checked = check_task(harness, project_dir, SettingsError)
-    shards = shard_plan(harness, settings.server.model, settings.eval.concurrency, SettingsError)
+    resolved = resolve_eval(harness, settings.eval.project, stack_base(settings), SettingsError)
+    checked = check_task(resolved, bundle, SettingsError)
+    shards = shard_plan(
+        harness,
+        settings.server.model,
+        settings.eval.concurrency * max(1, settings.node.count),
+        SettingsError,
+        resolved=resolved,
+        bundle=bundle,
+    )
     if settings.workload is not None and len(shards.entries) != settings.workload.episodes:
         raise SettingsError(
             "workload.episodes",
@@ -134,10 +162,24 @@ def harness_manifest_path(settings: Settings, project_dir: Path = PROJECT_DIR) -
     return write_manifest(shards)
 
 
+def stack_bundle(settings: Settings, project_dir: Path = PROJECT_DIR) -> Bundle:
+    """The agent bundle with the stack's eval project (eval.task's folder, or eval.workdir)."""
+    from components.eval_settings import resolve_eval
+
+    resolved = resolve_eval(settings.eval.harness, settings.eval.project, stack_base(settings), SettingsError)
+    from spoteval.bundle.project import ProjectError
+
+    try:
+        return build_bundle(project_dir, project=resolved.project)
+    except ProjectError as exc:
+        raise SettingsError(f"eval.{exc.field}", str(exc)) from None
+
+
 def build_context(settings: Settings, project_dir: Path = PROJECT_DIR) -> BuildContext:
     """Everything besides settings a provider module needs; reads files, so it runs after `parse`."""
+    bundle = stack_bundle(settings, project_dir)
     return BuildContext(
         now=CLOCK.get() or datetime.now(timezone.utc),
-        bundle_path=write_bundle(build_bundle(project_dir)),
-        manifest_path=manifest_path(settings, project_dir),
+        bundle_path=write_bundle(bundle),
+        manifest_path=manifest_path(settings, bundle, project_dir),
     )

@@ -1,54 +1,85 @@
-"""The stack's `eval:` block when it names a harness: parse, task check, and the shard manifest.
+"""The stack's `eval:` block: a harness and its task, the user's eval project, and the shard manifest.
 
     eval:
       harness: inspect | lm-eval        # instead of `command` (exactly one of the two)
-      task: spoteval/harness/tasks/inspect_tiny.py@spoteval_tiny
+      task: evals/arith.py@arith        # inspect PATH.py@TASK | package.module@TASK; lm-eval FOLDER@TASK
       task_args: {...}                  # the task's arguments
-      options: {...}                    # the harness's own options (lm-eval: include_path, ...)
+      options: {...}                    # the harness's own options
       samples: [ids] | N                # the shards' samples: these ids, the first N, or (absent) all
       shard_size: 25                    # samples per episode; absent: chosen from measured timings
-      sample_s: 1.4                     # your model's time per sample, refining the chosen size
+      startup_s: 12 / sample_s: 1.4     # your figures, refining the chosen size
+      timing_from: {store: URL, run_id: ID}   # plan from an earlier run's record
+      # with a harness or a command:
+      workdir: evals                    # the eval project (default: the task's folder)
+      requirements: evals/requirements.txt | [inspect-ai==0.3.285, ...]
+      exclude: ["data/raw/"]            # .gitignore-style, beside the project's .gitignore files
+      ship_credentials: [".env"]        # credential-looking files that must ship anyway
 
-`parse_harness(block)` is pure: it reads those keys from the `eval` reader (errors are the
-reader's, `SettingsError` naming `eval.KEY`). `harness_manifest(settings)` runs when the program
-builds its context, before anything is declared: it checks that the task exists where that can be
-told from the project's files (a task file under `spoteval/` and the `@name` it defines; an lm-eval
-task in its `include_path`); a registry task (`inspect_evals/gsm8k`, or lm-eval with
-`include_defaults`) is checked when its samples are listed with the harness (when `samples` is
-absent or a count), else by the first shard (a `harness_error`). It then plans the shards with
-`spoteval.harness.shards.plan` (as `python -m scripts.drill --harness` does) and writes the
-manifest the node registers. The episode command is `spoteval.harness.shards.episode_command`
-with the server block's model (components/startup.py).
+Paths are relative to the stack file's repository, or absolute (spoteval/harness/taskref.py).
+`parse_harness(block)` and `parse_project(block)` are pure: they read those keys from the `eval`
+reader (errors are the reader's, `SettingsError` naming `eval.KEY`). When the program builds its
+context, before anything is declared (components/base.py), `resolve_eval` checks the names against
+the files, the bundle is built with the project, and `check_task` checks the task against the bundle
+as built (a file `.gitignore` keeps home is refused); a registry task (`inspect_evals/gsm8k`, lm-eval
+with `include_defaults`) is checked when its samples are listed with the harness (from a copy of the
+bundle, when `samples` is absent or a count), else by the first shard (a `harness_error`). The
+shards are planned with `spoteval.harness.shards.plan` (as the drill does) and the manifest the node
+registers is written. The episode command is `spoteval.harness.shards.episode_command` with the
+node's name of the task and the server block's model (components/startup.py).
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from spoteval.bundle.build import Bundle
+from spoteval.bundle.project import ProjectError
 from spoteval.config_reader import Reader
+from spoteval.harness import PACKAGES
 from spoteval.harness.ids import SampleId, SampleIdError, parse_samples
 from spoteval.harness.shards import HarnessBlock, ShardPlan, plan
+from spoteval.harness.shipping import (
+    EvalError,
+    ResolvedEval,
+    UserEval,
+    check_in_bundle,
+    list_in_bundle,
+    resolve,
+)
+from spoteval.harness.taskref import TaskError, split
+from spoteval.harness.timing import Timing, timing_from_record
 from spoteval.manifest import dump_manifest
 
 #: the harnesses a stack can name (spoteval.harness.HARNESSES, without importing either harness)
 HARNESS_NAMES: Final = ("inspect", "lm-eval")
 HARNESS_KEYS: Final = frozenset(
-    {"harness", "task", "task_args", "options", "samples", "shard_size", "sample_s"}
+    {
+        "harness",
+        "task",
+        "task_args",
+        "options",
+        "samples",
+        "shard_size",
+        "sample_s",
+        "startup_s",
+        "timing_from",
+    }
+)
+#: the user's eval project: read with a harness and with a command
+PROJECT_KEYS: Final = frozenset({"workdir", "requirements", "exclude", "ship_credentials"})
+#: every key of the `eval:` block
+EVAL_KEYS: Final = (
+    frozenset({"command", "manifest", "concurrency", "max_attempts", "timeout_s", "heartbeat_s"})
+    | HARNESS_KEYS
+    | PROJECT_KEYS
 )
 #: what the node installs into the agent's venv for each harness: (module to import, requirement)
-NODE_PACKAGES: Final[Mapping[str, tuple[str, str]]] = {
-    "inspect": ("inspect_ai", "inspect-ai>=0.3.285"),
-    "lm-eval": ("lm_eval", "lm-eval[api]>=0.4.13"),
-}
-#: only files under this folder of the project ship to the node (components/bundle.py)
-SHIPPED: Final = "spoteval"
+NODE_PACKAGES: Final[Mapping[str, tuple[str, str]]] = PACKAGES
 
 
 class SettingsErrorLike(Protocol):
@@ -68,18 +99,39 @@ class HarnessEval:
     samples: tuple[SampleId, ...] | int | None = None  # ids, the first N, or every sample
     shard_size: int | None = None
     sample_s: float | None = None
+    startup_s: float | None = None
+    timing_from: tuple[str, str] | None = None  # (store URL, run id) of an earlier run's record
 
-    def block(self, model: str, samples: tuple[SampleId, ...] | None = None) -> HarnessBlock:
+    def block(
+        self,
+        model: str,
+        samples: tuple[SampleId, ...] | None = None,
+        *,
+        task: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> HarnessBlock:
+        """The block as the node runs it (`task` and `options` as the node names them)."""
         return HarnessBlock(
             harness=self.name,
-            task=self.task,
+            task=self.task if task is None else task,
             model=model,
             args=dict(self.task_args),
-            options=dict(self.options),
+            options=dict(self.options if options is None else options),
             samples=samples,
             episode_size=self.shard_size,
             sample_s=self.sample_s,
+            startup_s=self.startup_s,
         )
+
+
+@dataclass(frozen=True)
+class EvalProject:
+    """The user's eval project (`workdir`) and what it needs (`requirements`), with what ships."""
+
+    workdir: str | None = None
+    requirements: str | tuple[str, ...] | None = None  # a requirements file, or requirement lines
+    exclude: tuple[str, ...] = ()
+    ship_credentials: tuple[str, ...] = ()
 
 
 def _mapping(block: Reader, key: str) -> dict[str, Any]:
@@ -128,69 +180,108 @@ def parse_harness(block: Reader) -> HarnessEval | None:
     if block.has("manifest"):
         block.fail("manifest", "is made from the harness's samples in shards; remove it")
     options = _mapping(block, "options")
-    if name == "lm-eval" and "include_path" not in options and options.get("include_defaults") is not True:
-        block.fail("options", "lm-eval needs include_path (a folder of task YAML files under spoteval/)")
+    task = block.string("task")
+    try:
+        split(name, task, options)
+    except TaskError as exc:
+        block.fail("task", str(exc))
+    if (
+        name == "lm-eval"
+        and "@" not in task
+        and "include_path" not in options
+        and options.get("include_defaults") is not True
+    ):
+        block.fail("task", "name the lm-eval task as FOLDER@TASK (the folder of its YAML files)")
     shard_size = block.integer("shard_size", 0, minimum=1) if block.has("shard_size") else None
+    startup_s = block.opt_number("startup_s", positive=False) if block.has("startup_s") else None
     return HarnessEval(
         name=name,
-        task=block.string("task"),
+        task=task,
         task_args=_mapping(block, "task_args"),
         options=options,
         samples=_samples(block, name),
         shard_size=shard_size,
         sample_s=block.opt_number("sample_s", positive=True),
+        startup_s=startup_s,
+        timing_from=_timing_from(block),
     )
 
 
-# --- at build time: the task's files, its samples, the shards --------------------------------------
-
-
-def _shipped_path(value: str, project_dir: Path) -> Path | None:
-    """The project file a relative path names, when it ships to the node; None when it does not."""
-    path = Path(value)
-    if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] != SHIPPED:
+def _timing_from(block: Reader) -> tuple[str, str] | None:
+    raw = _mapping(block, "timing_from")
+    if not raw:
         return None
-    return project_dir / path
+    store, run_id = raw.get("store"), raw.get("run_id")
+    if not isinstance(store, str) or not isinstance(run_id, str) or set(raw) != {"store", "run_id"}:
+        block.fail("timing_from", "give {store: URL, run_id: ID}, the record of an earlier run")
+    return store, run_id
 
 
-def _defines(path: Path, name: str) -> bool:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    return any(
-        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name for node in tree.body
+def _strings(block: Reader, key: str) -> tuple[str, ...]:
+    value = block.value(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        block.fail(key, f"must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def parse_project(block: Reader) -> EvalProject:
+    """The eval project keys (with a harness or a command)."""
+    requirements: str | tuple[str, ...] | None = None
+    raw = block.value("requirements")
+    if isinstance(raw, str):
+        requirements = raw
+    elif raw is not None:
+        requirements = _strings(block, "requirements")
+        if not requirements:
+            block.fail("requirements", "give a requirements file or a non-empty list")
+    return EvalProject(
+        workdir=block.opt_string("workdir"),
+        requirements=requirements,
+        exclude=_strings(block, "exclude"),
+        ship_credentials=_strings(block, "ship_credentials"),
     )
 
 
-def check_task(h: HarnessEval, project_dir: Path, error: SettingsErrorLike) -> bool:
-    """Refuse a task that does not exist in the project's files; False when files cannot tell."""
-    if h.name == "inspect":
-        file, _, func = h.task.partition("@")
-        if not file.endswith(".py"):
-            return False  # a registry name: only the harness can tell
-        path = _shipped_path(file, project_dir)
-        if path is None:
-            raise error("eval.task", f"{file} must be a file under {SHIPPED}/ (only that ships to the node)")
-        if not path.is_file():
-            raise error("eval.task", f"task file {file} does not exist")
-        if func and not _defines(path, func):
-            raise error("eval.task", f"{file} defines no task function {func!r}")
-        return True
-    include = h.options.get("include_path")
-    if include is None:
-        return False  # lm-eval's bundled tasks (include_defaults): only the harness can tell
-    folder = _shipped_path(include, project_dir) if isinstance(include, str) else None
-    if folder is None or not folder.is_dir():
-        raise error("eval.options.include_path", f"{include!r} must be a folder under {SHIPPED}/")
-    pattern = re.compile(rf"^task:\s*['\"]?{re.escape(h.task)}['\"]?\s*$", re.MULTILINE)
-    for yaml_file in sorted(folder.rglob("*.yaml")):
-        if pattern.search(yaml_file.read_text(encoding="utf-8")):
-            return True
-    if h.options.get("include_defaults") is True:
-        return False
-    raise error("eval.task", f"lm-eval task {h.task!r} is not in {include}")
+# --- at build time: the eval project, the task in the bundle, its samples, the shards ---------------
 
 
-def task_samples(h: HarnessEval, error: SettingsErrorLike) -> tuple[SampleId, ...]:
-    """The shards' samples: as listed, else from the harness (lm-eval's first N need no listing)."""
+def user_eval(h: HarnessEval | None, project: EvalProject) -> UserEval:
+    return UserEval(
+        harness=None if h is None else h.name,
+        task=None if h is None else h.task,
+        options={} if h is None else dict(h.options),
+        workdir=project.workdir,
+        requirements=project.requirements,
+        excludes=project.exclude,
+        ship_credentials=project.ship_credentials,
+    )
+
+
+def resolve_eval(
+    h: HarnessEval | None, project: EvalProject, base: Path, error: SettingsErrorLike
+) -> ResolvedEval:
+    """What ships and how the node names the task (SettingsError naming eval.FIELD)."""
+    try:
+        return resolve(user_eval(h, project), base)
+    except (EvalError, ProjectError) as exc:
+        raise error(f"eval.{exc.field}", str(exc)) from None
+
+
+def check_task(resolved: ResolvedEval, bundle: Bundle, error: SettingsErrorLike) -> bool:
+    """Refuse a task the bundle as built does not hold; False when only the harness can tell."""
+    try:
+        return check_in_bundle(resolved, bundle)
+    except EvalError as exc:
+        raise error(f"eval.{exc.field}", str(exc)) from None
+
+
+def task_samples(
+    h: HarnessEval, resolved: ResolvedEval, bundle: Bundle, error: SettingsErrorLike
+) -> tuple[SampleId, ...]:
+    """The shards' samples: as listed, else from the harness run from a copy of the bundle as built
+    (lm-eval's first N need no listing)."""
     if isinstance(h.samples, tuple):
         return h.samples
     if not listed_by_harness(h):
@@ -204,11 +295,10 @@ def task_samples(h: HarnessEval, error: SettingsErrorLike) -> tuple[SampleId, ..
             "eval.samples",
             f"list the sample ids, or install {requirement} here so the stack can read them from the task",
         ) from None
-    from spoteval.harness import HarnessError, get
-
+    assert resolved.node_task is not None
     try:
-        ids = get(h.name).list_samples(h.task, dict(h.task_args), dict(h.options))
-    except HarnessError as exc:
+        ids = list_in_bundle(bundle, h.name, resolved.node_task, h.task_args, resolved.node_options)
+    except EvalError as exc:
         raise error("eval.task", str(exc)) from None
     if isinstance(h.samples, int):
         if h.samples > len(ids):
@@ -217,11 +307,35 @@ def task_samples(h: HarnessEval, error: SettingsErrorLike) -> tuple[SampleId, ..
     return tuple(ids)
 
 
-def shard_plan(h: HarnessEval, model: str, concurrency: int, error: SettingsErrorLike) -> ShardPlan:
-    """The shards of the block's samples, of the given size or one chosen from the measured timings."""
-    samples = task_samples(h, error)
+def _timing(h: HarnessEval, error: SettingsErrorLike) -> Timing | None:
+    if h.timing_from is None:
+        return None
+    from spoteval.store import Store, StoreError
+
+    url, run_id = h.timing_from
     try:
-        return plan(h.block(model, samples), samples, parallel=concurrency)
+        timing = timing_from_record(Store(url), run_id, h.name)
+    except StoreError as exc:
+        raise error("eval.timing_from", f"cannot read run {run_id} in {url}: {exc}") from None
+    if timing is None:
+        raise error("eval.timing_from", f"run {run_id} in {url} has no completed {h.name} shard")
+    return timing
+
+
+def shard_plan(
+    h: HarnessEval,
+    model: str,
+    concurrency: int,
+    error: SettingsErrorLike,
+    *,
+    resolved: ResolvedEval,
+    bundle: Bundle,
+) -> ShardPlan:
+    """The shards of the block's samples, of the given size or one chosen from the measured timings."""
+    samples = task_samples(h, resolved, bundle, error)
+    block = h.block(model, samples, task=resolved.node_task, options=resolved.node_options)
+    try:
+        return plan(block, samples, parallel=concurrency, timing=_timing(h, error))
     except (ValueError, SampleIdError) as exc:
         raise error("eval.samples", str(exc)) from None
 

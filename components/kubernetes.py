@@ -44,7 +44,8 @@ SPOOL_MOUNT: Final = "/var/lib/spot-eval/spool"
 SPOOL_GB: Final = 1
 #: a ConfigMap holds at most 1 MiB; keep a margin for keys and metadata
 CONFIG_MAP_LIMIT: Final = 1_000_000
-#: agent exit codes that fail the whole Job: bad input only (spoteval/agent/exits.py). Every other
+#: agent exit codes that fail the whole Job: bad input, and a run whose every episode was a harness
+#: error (spoteval/agent/exits.py). Every other
 #: failure (1, or 75 "store unreachable": an identity not yet usable at pod start) is retried and
 #: counted against backoffLimit.
 FAIL_JOB_EXIT_CODES: Final = sorted(exits.PERMANENT)

@@ -22,7 +22,7 @@ import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
-from components.base import CLOCK, PROJECT_DIR
+from components.base import CLOCK, PROJECT_DIR, STACK_FILE
 from components.settings import NAMESPACE, SettingsError
 
 STACKS_DIR: Final = PROJECT_DIR / "stacks"
@@ -290,4 +290,9 @@ def render_config(stack: str, config: Mapping[str, Any], *, now: datetime | None
 
 
 def render_stack(path: Path, *, now: datetime | None = None) -> Rendered:
-    return render_config(stack_name(path), read_stack_config(path), now=now)
+    """Render a stack file; its eval block's paths are relative to the file's repository."""
+    token = STACK_FILE.set(path)
+    try:
+        return render_config(stack_name(path), read_stack_config(path), now=now)
+    finally:
+        STACK_FILE.reset(token)

@@ -41,6 +41,7 @@ from components.runpod_provider import NetworkVolume, RunpodPod
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import BUCKET_URL, CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import (
+    CONTAINER_BUNDLE_DIR,
     CONTAINER_PYTHON,
     NODE_ID_PLACEHOLDER,
     OBSTORE_REQUIREMENT,
@@ -49,6 +50,7 @@ from components.startup import (
     object_url,
     server_command,
     stack_config_args,
+    unpack_bundle,
 )
 from spoteval.agent.config import build_agent_config
 from spoteval.providers import RUNPOD_NETWORK_VOLUMES as NETWORK_VOLUMES
@@ -125,7 +127,7 @@ def agent_config(settings: Settings) -> dict[str, Any]:
     """The node agent's config for this pod (spoteval/agent/config.py); the pod fills in its id."""
     rp = own(settings)
     return build_agent_config(
-        **stack_config_args(settings),
+        **stack_config_args(settings, f"{CACHE_DIR}/venvs"),
         store=rp.bucket_url,
         store_options={"endpoint": rp.s3_endpoint, "region": rp.s3_region},
         node_id=NODE_ID_PLACEHOLDER,
@@ -156,7 +158,8 @@ def start_script(settings: Settings) -> str:
         f" || python3 -m pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
         f"python3 -c {shlex.quote(fetch)} {shlex.quote(object_url(store, OBJECT_KEY))} {BUNDLE_FILE}",
         f'echo {shlex.quote(config)} | sed "s/{NODE_ID_PLACEHOLDER}/$RUNPOD_POD_ID/" > {CONFIG_FILE}',
-        f"export PYTHONPATH={BUNDLE_FILE}",
+        unpack_bundle("python3", BUNDLE_FILE, CONTAINER_BUNDLE_DIR),
+        f"export PYTHONPATH={CONTAINER_BUNDLE_DIR}",
         *harness_install(settings, CONTAINER_PYTHON),
     ]
     if has_manifest(settings):

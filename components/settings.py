@@ -34,11 +34,11 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, runtime_checkable
 
-from components.eval_settings import HARNESS_KEYS, HarnessEval, parse_harness
+from components.eval_settings import EVAL_KEYS, EvalProject, HarnessEval, parse_harness, parse_project
 from components.registry import provider_module
 from components.workflows import node_refusal
 from spoteval.config_reader import Reader
@@ -86,9 +86,6 @@ NODE_KEYS: Final = frozenset(
     }
 )
 SERVER_KEYS: Final = frozenset({"command", "model", "port", "health_path", "ready_timeout_s", "image"})
-EVAL_KEYS: Final = frozenset(
-    {"command", "manifest", "concurrency", "max_attempts", "timeout_s", "heartbeat_s", *HARNESS_KEYS}
-)
 STOP_KEYS: Final = frozenset({"max_runtime_hours", "idle_minutes", "on_done", "notify_emails"})
 
 #: api_stop: the agent stops the node through the provider's API (Runpod)
@@ -213,6 +210,7 @@ class EvalSettings:
     timeout_s: int
     heartbeat_s: int
     harness: HarnessEval | None = None  # components/eval_settings.py, instead of `command`
+    project: EvalProject = field(default_factory=EvalProject)  # the eval project (eval_settings.py)
 
 
 @dataclass(frozen=True)
@@ -404,6 +402,7 @@ def _eval(block: SettingsReader) -> EvalSettings:
         timeout_s=block.integer("timeout_s", 3600),
         heartbeat_s=block.integer("heartbeat_s", 30),
         harness=harness,
+        project=parse_project(block),
     )
 
 

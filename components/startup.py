@@ -10,7 +10,10 @@ service (so after every boot, including a restart after a preemption) `/opt/spot
    (`HF_HOME` points there, and `{cache_dir}` in `server.command` is that folder);
 3. creates `/opt/spot-eval/venv` and installs obstore into it;
 4. fetches the agent bundle (`spot-eval/agent-bundle.zip` in the result bucket) to
-   `/opt/spot-eval/agent-bundle.zip`, which the service puts on `PYTHONPATH`;
+   `/opt/spot-eval/agent-bundle.zip` and unpacks it into a fresh `/opt/spot-eval/bundle/`, which the
+   service puts on `PYTHONPATH` (the user's eval project is its `eval/` folder; its requirements are
+   installed by the agent into a venv on the cache disk, `/mnt/spot-eval-cache/venvs/`: see
+   spoteval/agent/evalenv.py);
 5. writes `/etc/spot-eval/agent.json` from the template with this node's id and zone, read from the
    instance metadata service;
 6. registers the run's manifest with `python -m spoteval.agent manifest` (create-only) when the stack
@@ -30,11 +33,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from components import pool_stop
+from components.base import stack_base
 from components.bundle import MANIFEST_KEY, OBJECT_KEY
-from components.eval_settings import NODE_PACKAGES, stages_manifest
-from components.settings import Settings
+from components.eval_settings import NODE_PACKAGES, resolve_eval, stages_manifest
+from components.settings import Settings, SettingsError
+from spoteval.agent import exits
 from spoteval.agent.config import build_agent_config
+from spoteval.harness import names_harness
 from spoteval.harness.shards import episode_command
+from spoteval.harness.shipping import ResolvedEval
 from spoteval.providers import AWS, AZURE, BY_KEY, GCP, NEBIUS, STOP_MARGIN_S, VM_KEYS
 
 SERVICE: Final = "spot-eval-agent.service"
@@ -43,7 +50,15 @@ BOOT_FILE: Final = "/var/lib/spot-eval/boot.json"
 CONFIG_FILE: Final = "/etc/spot-eval/agent.json"
 TEMPLATE_FILE: Final = "/etc/spot-eval/agent.template.json"
 BUNDLE_FILE: Final = "/opt/spot-eval/agent-bundle.zip"
+#: the unpacked bundle the agent runs from (replaced at every start)
+BUNDLE_DIR: Final = "/opt/spot-eval/bundle"
+#: a container's unpacked bundle (Kubernetes, Runpod)
+CONTAINER_BUNDLE_DIR: Final = "/tmp/spot-eval-bundle"
 VENV: Final = "/opt/spot-eval/venv"
+#: the eval requirements' venvs on a VM: the weights-cache disk, kept across preemptions
+VM_VENVS_DIR: Final = f"{CACHE_DIR}/venvs"
+#: a Kubernetes agent pod's: its spool volume (a PVC per Job index), kept across the pod's restarts
+K8S_VENVS_DIR: Final = "/var/lib/spot-eval/spool/.venvs"
 #: the interpreter of a VM's agent (the venv with obstore and the harness) and of a container's
 VM_PYTHON: Final = f"{VENV}/bin/python"
 CONTAINER_PYTHON: Final = "python3"
@@ -71,13 +86,21 @@ def server_command(settings: Settings, cache_dir: str = CACHE_DIR) -> list[str]:
     return out
 
 
-def episodes_command(settings: Settings, python: str = CONTAINER_PYTHON) -> tuple[str, ...]:
+def node_eval(settings: Settings) -> ResolvedEval:
+    """The stack's eval as the node runs it: the task inside the bundle, the agent's eval_env."""
+    return resolve_eval(settings.eval.harness, settings.eval.project, stack_base(settings), SettingsError)
+
+
+def episodes_command(settings: Settings) -> tuple[str, ...]:
     """`eval.command`, or the harness's shard runner (the drill's: spoteval.harness.shards) with the
-    server block's model; the runner calls the harness with `{model_url}/v1` as its OpenAI base URL."""
+    task as the bundle holds it and the server block's model, run by `{python}` (the eval env's venv,
+    else the agent's interpreter); the runner calls the harness with `{model_url}/v1`."""
     harness = settings.eval.harness
     if harness is None:
         return settings.eval.command
-    return tuple(episode_command(harness.block(settings.server.model), python))
+    resolved = node_eval(settings)
+    block = harness.block(settings.server.model, task=resolved.node_task, options=resolved.node_options)
+    return tuple(episode_command(block))
 
 
 def has_manifest(settings: Settings) -> bool:
@@ -96,9 +119,9 @@ def _pool_section(settings: Settings) -> dict[str, Any] | None:
     return {**POOL_DEFAULTS, **({"scale_to_zero": target} if target else {})}
 
 
-def stack_config_args(settings: Settings, python: str = CONTAINER_PYTHON) -> dict[str, Any]:
+def stack_config_args(settings: Settings, venvs_dir: str = VM_VENVS_DIR) -> dict[str, Any]:
     """What every node's agent config takes from the stack's settings (build_agent_config's keywords);
-    `python` runs a harness's shards."""
+    `venvs_dir` holds the eval requirements' venvs (the node's cache disk)."""
     return {
         "run_id": settings.run_id,
         "provider": settings.provider,
@@ -107,7 +130,7 @@ def stack_config_args(settings: Settings, python: str = CONTAINER_PYTHON) -> dic
         "market": settings.node.market,
         "health_path": settings.server.health_path,
         "ready_timeout_s": settings.server.ready_timeout_s,
-        "episodes_command": episodes_command(settings, python),
+        "episodes_command": episodes_command(settings),
         "concurrency": settings.eval.concurrency,
         "max_attempts": settings.eval.max_attempts,
         "timeout_s": settings.eval.timeout_s,
@@ -120,6 +143,8 @@ def stack_config_args(settings: Settings, python: str = CONTAINER_PYTHON) -> dic
         "currency": settings.grant.currency,
         # a pool (node.count > 1): the nodes divide the episodes through claims in the run record
         "pool": _pool_section(settings),
+        # the user's eval project and requirements (spoteval/agent/evalenv.py)
+        "eval_env": node_eval(settings).agent_eval_env(venvs_dir),
     }
 
 
@@ -140,7 +165,7 @@ def agent_config(
     # The node reads its own price where the provider has an API for it (the configured one otherwise).
     node_reads_price = facts.price is not None and bool(facts.price.node_markets)
     return build_agent_config(
-        **stack_config_args(settings, VM_PYTHON if settings.provider in VM_KEYS else CONTAINER_PYTHON),
+        **stack_config_args(settings, VM_VENVS_DIR if settings.provider in VM_KEYS else K8S_VENVS_DIR),
         store=store_url,
         node_id=node_id,
         zone=settings.zone,
@@ -308,6 +333,7 @@ def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> st
         f"{VENV}/bin/python -c 'import obstore' 2>/dev/null"
         f" || {VENV}/bin/pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
         f'{VENV}/bin/python /opt/spot-eval/node.py fetch "$SPOT_EVAL_BUNDLE_URL" {BUNDLE_FILE}',
+        unpack_bundle(f"{VENV}/bin/python", BUNDLE_FILE, BUNDLE_DIR),
         *harness_install(settings),
         f"python3 /opt/spot-eval/node.py config {TEMPLATE_FILE} {CONFIG_FILE}",
     ]
@@ -315,15 +341,29 @@ def _prepare(settings: Settings, cache_device: str | None, manifest: bool) -> st
         manifest_file = "/var/lib/spot-eval/manifest.jsonl"
         lines += [
             f'{VENV}/bin/python /opt/spot-eval/node.py fetch "$SPOT_EVAL_MANIFEST_URL" {manifest_file}',
-            f"PYTHONPATH={BUNDLE_FILE} {VENV}/bin/python -m spoteval.agent manifest --config {CONFIG_FILE}"
+            f"PYTHONPATH={BUNDLE_DIR} {VENV}/bin/python -m spoteval.agent manifest --config {CONFIG_FILE}"
             f" {manifest_file}",
         ]
     return "\n".join(lines) + "\n"
 
 
+def unpack_bundle(python: str, archive: str, folder: str) -> str:
+    """The line that unpacks the bundle into a fresh `folder` (it runs from the zip itself)."""
+    return f"PYTHONPATH={archive} {python} -m spoteval.bundle unpack {archive} {folder}"
+
+
 def harness_install(settings: Settings, python: str = VM_PYTHON) -> list[str]:
-    """The harness, installed (once per node) for the interpreter that runs its shards."""
+    """The harness, installed (once per node) for the interpreter that runs its shards, unless the
+    eval's requirements install it into their venv (spoteval/agent/evalenv.py)."""
     if settings.eval.harness is None:
+        return []
+    env = node_eval(settings).eval_env or {}
+    lines = list(env.get("requirements") or [])
+    if "requirements_file" in env:
+        project = node_eval(settings).project
+        assert project is not None and project.requirements_file is not None
+        lines = (project.root / project.requirements_file).read_text(encoding="utf-8").splitlines()
+    if names_harness(settings.eval.harness.name, lines):
         return []
     module, requirement = NODE_PACKAGES[settings.eval.harness.name]
     return [
@@ -347,7 +387,7 @@ def _unit(settings: Settings) -> str:
             "[Service]",
             "Type=simple",
             "EnvironmentFile=/etc/spot-eval/env",
-            f"Environment=PYTHONPATH={BUNDLE_FILE}",
+            f"Environment=PYTHONPATH={BUNDLE_DIR}",
             "ExecStartPre=/opt/spot-eval/prepare",
             f"ExecStart={VENV}/bin/python -m spoteval.agent --config {CONFIG_FILE}",
             # SIGTERM to the agent only: it records and stops its own children within the notice.
@@ -358,6 +398,8 @@ def _unit(settings: Settings) -> str:
             # on-failure includes exit 75, "the store did not answer at start" (spoteval/agent/exits.py):
             # a node that comes back during a store outage keeps trying (at most StartLimitBurst an hour).
             "Restart=on-failure",
+            # exit 3: every episode ended in a harness error; starting again cannot help
+            f"RestartPreventExitStatus={exits.HARNESS_ERRORS}",
             "RestartSec=15",
             "",
             "[Install]",
@@ -447,8 +489,8 @@ def render_shutdown_script(settings: Settings) -> str:
 def k8s_agent_command(
     config_path: str, bundle_path: str, manifest_path: str | None, install: Sequence[str] = ()
 ) -> list[str]:
-    """The Job container's command: `install` (the harness), the pod's name as node id, register the
-    manifest, exec the agent."""
+    """The Job container's command: `install` (the harness), the pod's name as node id, the bundle
+    unpacked into a fresh folder, register the manifest, exec the agent."""
     config = '"${TMPDIR:-/tmp}/agent.json"'
     script = [
         "set -eu",
@@ -456,7 +498,8 @@ def k8s_agent_command(
         f" || pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}'",
         f'sed "s/{NODE_ID_PLACEHOLDER}/$POD_NAME/" {shlex.quote(config_path)} > {config}',
         *install,
-        f"export PYTHONPATH={shlex.quote(bundle_path)}",
+        unpack_bundle("python3", shlex.quote(bundle_path), CONTAINER_BUNDLE_DIR),
+        f"export PYTHONPATH={CONTAINER_BUNDLE_DIR}",
     ]
     if manifest_path:
         script.append(f"python3 -m spoteval.agent manifest --config {config} {shlex.quote(manifest_path)}")

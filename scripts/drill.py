@@ -4,6 +4,10 @@
                             [--episodes N] [--concurrency C] [--lifetime-s S] [--notice-s S]
                             [--capacity-delay-s S] [--seed N] [--out DIR] [--timeout-s S]
                             [--manifest FILE.jsonl] [--harness inspect|lm-eval]
+                            [--task TASK] [--task-args JSON] [--options JSON] [--samples N|JSON]
+                            [--shard-size N] [--startup-s S] [--sample-s S] [--timing-from DIR]
+                            [--workdir DIR] [--requirements FILE | --requirement REQ ...]
+                            [--exclude PATTERN ...] [--ship-credential PATH ...]
                             [--preempt-after-samples N] [--nodes K] [--shared] [--json]
 
 No cloud account: the store is a local folder (`file`, the default) or S3 on a moto server the drill
@@ -12,8 +16,11 @@ environment. The node runs the real agent (provider `local`) with the stand-in m
 built-in sample episode (0.5-3 s each, 3 % failing as model failures), unless `--server-command`
 (with a `{port}` placeholder) and `--eval-command` (with the agent's `{episode_id}`, `{model_url}`,
 `{output}` placeholders) say otherwise: rehearse your own harness's resume path this way.
-`--harness inspect|lm-eval` runs that harness's shipped task in shards; `--preempt-after-samples N`
-then takes the node's first life once N samples are in the store.
+`--harness inspect|lm-eval` runs a task in shards: your own with `--task` (`PATH.py@TASK`,
+`package.module@TASK`, lm-eval `FOLDER@TASK`; paths relative to this folder or absolute), else the
+harness's shipped one; `--preempt-after-samples N` then takes the node's first life once N samples
+are in the store. The task's folder (or `--workdir`) ships to the node in the agent bundle, and
+`--requirements` are installed there, as a stack's node does (spoteval/drill/bundled.py).
 
 The controller takes the node away after exponential lifetimes (mean `--lifetime-s`, default 45 s):
 SIGTERM to the agent `--notice-s` before the end, SIGKILL of everything on the node at the end, a
@@ -25,7 +32,9 @@ and the drill's own log (`drill.json`) into `--out` (default `drill-<time>/`).
 (`agent.json`, `agent-2.json`, ...), folder (`node-1/`, `node-2/`, ...), lifetimes and capacity
 waits, sharing the episodes through claims in the run record; the operator brings each back.
 
-Exit codes: 0 the run finished, 1 it did not finish within `--timeout-s`, 2 bad input.
+Exit codes: 0 the run finished, 1 it did not finish within `--timeout-s`, 2 bad input, 3 every
+episode ended in a harness error (a missing harness, a task that does not load, a failed
+requirements install: the reason is printed).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from spoteval import drill
+from spoteval.drill.options import OptionError, add_own_eval_options, own_eval
 from spoteval.report import ReportError
 
 
@@ -63,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--harness", choices=("inspect", "lm-eval"), help="run the harness's shipped task in shards"
     )
+    add_own_eval_options(p)
     p.add_argument(
         "--preempt-after-samples",
         type=int,
@@ -111,6 +122,13 @@ def _command(text: str | None, option: str) -> tuple[str, ...] | None:
     return argv
 
 
+def _own(args: argparse.Namespace) -> drill.OwnEval:
+    try:
+        return own_eval(args)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def config_from(args: argparse.Namespace) -> drill.DrillConfig:
     out = (
         Path(args.out) if args.out else Path(f"drill-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
@@ -131,6 +149,7 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         harness=args.harness,
         preempt_after_samples=args.preempt_after_samples,
         nodes=args.nodes,
+        own=_own(args),
     )
 
 

@@ -186,9 +186,9 @@ def test_manifest_upload_to_an_unreachable_store_exits_75(
 
 
 def test_exit_codes_have_one_meaning_each() -> None:
-    codes = [exits.OK, exits.FAILED, exits.BAD_INPUT, exits.STORE_UNREACHABLE]
-    assert codes == [0, 1, 2, 75]
-    assert exits.PERMANENT == {2} and exits.TRANSIENT == {1, 75}
+    codes = [exits.OK, exits.FAILED, exits.BAD_INPUT, exits.HARNESS_ERRORS, exits.STORE_UNREACHABLE]
+    assert codes == [0, 1, 2, 3, 75]
+    assert exits.PERMANENT == {2, 3} and exits.TRANSIENT == {1, 75}
 
 
 def test_unreadable_or_non_json_config_file_is_named(

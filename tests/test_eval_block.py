@@ -10,11 +10,19 @@ from typing import Any
 
 import pytest
 
-from components.eval_settings import HarnessEval, check_task, shard_plan, statement, task_samples
+from components.eval_settings import (
+    EvalProject,
+    HarnessEval,
+    check_task,
+    resolve_eval,
+    shard_plan,
+    statement,
+    task_samples,
+)
 from components.mocks import Rendered, RenderError, read_stack_config, render_config
 from components.runpod import start_script
 from components.settings import SettingsError, parse
-from components.startup import VM_PYTHON
+from spoteval.bundle.build import Bundle, build_bundle
 from tests.test_settings import raw_of, rejects
 from tests.test_stacks import NOW, STACKS, agent_template, pod_spec, user_data
 
@@ -36,6 +44,8 @@ INSPECT_IDS = [
     "words 2",
 ]
 RUNNER = ["-m", "spoteval.harness", "run"]
+NODE_INSPECT_TASK = "eval/inspect_tiny.py@spoteval_tiny"  # the task's folder ships as the bundle's eval/
+EVAL_ENV = {"workdir": "eval", "venvs_dir": "/mnt/spot-eval-cache/venvs"}
 PLACEHOLDERS = ["--model-url", "{model_url}", "--output", "{output}", "--episode", "{episode_id}"]
 
 
@@ -74,19 +84,22 @@ def test_an_inspect_eval_block_gives_the_node_the_shard_runner_and_its_shards() 
     script = user_data(r)
     expected = command_stack_template()
     expected["episodes"]["command"] = [
-        VM_PYTHON, *RUNNER, "--harness", "inspect", "--task", INSPECT_TASK, "--model", MODEL,
+        "{python}", *RUNNER, "--harness", "inspect", "--task", NODE_INSPECT_TASK, "--model", MODEL,
         *PLACEHOLDERS, "--args", '{"max_tokens": 4}',
     ]  # fmt: skip
+    expected["eval_env"] = EVAL_ENV
     assert agent_template(script) == expected
+    shard = {"harness": "inspect", "task": NODE_INSPECT_TASK}
     assert staged_manifest(r) == [
-        {"id": "spoteval_tiny-0001", "harness": "inspect", "task": INSPECT_TASK, "samples": INSPECT_IDS[0:4]},
-        {"id": "spoteval_tiny-0002", "harness": "inspect", "task": INSPECT_TASK, "samples": INSPECT_IDS[4:8]},
-        {"id": "spoteval_tiny-0003", "harness": "inspect", "task": INSPECT_TASK, "samples": INSPECT_IDS[8:]},
+        {"id": "spoteval_tiny-0001", **shard, "samples": INSPECT_IDS[0:4]},
+        {"id": "spoteval_tiny-0002", **shard, "samples": INSPECT_IDS[4:8]},
+        {"id": "spoteval_tiny-0003", **shard, "samples": INSPECT_IDS[8:]},
     ]
     prepare = script[script.index("cat > /opt/spot-eval/prepare") :]
+    python = "/opt/spot-eval/venv/bin/python"
     install = (
-        f"{VM_PYTHON} -c 'import inspect_ai' 2>/dev/null"
-        f" || {VM_PYTHON} -m pip install -q --disable-pip-version-check 'inspect-ai>=0.3.285'"
+        f"{python} -c 'import inspect_ai' 2>/dev/null"
+        f" || {python} -m pip install -q --disable-pip-version-check 'inspect-ai>=0.3.285'"
     )
     assert prepare.splitlines().count(install) == 1
     assert "SPOT_EVAL_MANIFEST_URL=s3://" in script
@@ -97,13 +110,14 @@ def test_an_lm_eval_eval_block_chooses_the_shard_size_from_the_measured_timings(
     r = render(harness="lm-eval", task="spoteval_tiny", options=LM_EVAL_OPTIONS, samples=10, concurrency=2)
     expected = command_stack_template()
     expected["episodes"]["command"] = [
-        VM_PYTHON, *RUNNER, "--harness", "lm-eval", "--task", "spoteval_tiny", "--model", MODEL,
-        *PLACEHOLDERS, "--options", json.dumps(LM_EVAL_OPTIONS),
+        "{python}", *RUNNER, "--harness", "lm-eval", "--task", "eval@spoteval_tiny", "--model", MODEL,
+        *PLACEHOLDERS,
     ]  # fmt: skip
+    expected["eval_env"] = EVAL_ENV
     assert agent_template(user_data(r)) == expected
-    # lm-eval starts in 55.7 s and answers the stand-in in 0.017 s: one shard would hold all ten
-    # samples, so the two episodes in flight (concurrency 2) split them
-    shard = {"harness": "lm-eval", "task": "spoteval_tiny"}
+    # lm-eval's start-up is long and it answers the stand-in in milliseconds (measured.json): one
+    # shard would hold all ten samples, so the two episodes in flight (concurrency 2) split them
+    shard = {"harness": "lm-eval", "task": "eval@spoteval_tiny"}
     assert staged_manifest(r) == [
         {"id": "spoteval_tiny-0001", **shard, "samples": [0, 1, 2, 3, 4]},
         {"id": "spoteval_tiny-0002", **shard, "samples": [5, 6, 7, 8, 9]},
@@ -120,12 +134,17 @@ def test_pods_install_the_harness_into_their_python_before_the_agent_starts() ->
     r = render_config("k8s-gke", harness_config("k8s-gke", **block), now=NOW)
     data = r.one("kubernetes:core/v1:ConfigMap").inputs["data"]
     command = json.loads(data["agent.json"])["episodes"]["command"]
-    assert command[:7] == ["python3", *RUNNER, "--harness", "lm-eval", "--task"]
+    assert command[:7] == ["{python}", *RUNNER, "--harness", "lm-eval", "--task"]
     assert [json.loads(line)["samples"] for line in data["manifest.jsonl"].splitlines()] == [
         list(range(10))[n : n + 1] for n in range(10)
     ]  # 32 episodes in flight: one sample each
     script = pod_spec(r.one("kubernetes:batch/v1:Job"))["containers"][0]["command"][2].splitlines()
-    assert script.index(install) == script.index("export PYTHONPATH=/etc/spot-eval/agent-bundle.zip") - 1
+    unpack = (
+        "PYTHONPATH=/etc/spot-eval/agent-bundle.zip python3 -m spoteval.bundle unpack "
+        "/etc/spot-eval/agent-bundle.zip /tmp/spot-eval-bundle"
+    )
+    assert script.index(install) == script.index(unpack) - 1
+    assert script.index(unpack) == script.index("export PYTHONPATH=/tmp/spot-eval-bundle") - 1
 
     raw = {k: v for k, v in raw_of("runpod-eu").items() if k != "workload"}
     raw["eval"] = {k: v for k, v in raw["eval"].items() if k not in ("command", "manifest")} | block
@@ -136,29 +155,40 @@ def test_pods_install_the_harness_into_their_python_before_the_agent_starts() ->
     )
 
 
+def _resolved(h: HarnessEval, project: EvalProject | None = None) -> tuple[Any, Bundle]:
+    resolved = resolve_eval(h, project or EvalProject(), REPO, SettingsError)
+    return resolved, build_bundle(project=resolved.project)
+
+
 def test_the_shard_plan_is_stated_with_where_the_size_came_from() -> None:
-    h = HarnessEval("lm-eval", "spoteval_tiny", options=LM_EVAL_OPTIONS, samples=10)
-    shards = shard_plan(h, MODEL, 2, SettingsError)
-    assert statement(h, shards, check_task(h, REPO, SettingsError)) == (
+    h = HarnessEval(
+        "lm-eval", "spoteval_tiny", options=LM_EVAL_OPTIONS, samples=10, startup_s=55.7, sample_s=0.017
+    )
+    resolved, bundle = _resolved(h)
+    shards = shard_plan(h, MODEL, 2, SettingsError, resolved=resolved, bundle=bundle)
+    assert statement(h, shards, check_task(resolved, bundle, SettingsError)) == (
         "eval: lm-eval task spoteval_tiny: 10 samples in 2 shards of up to 5, chosen from start-up 55.7 s "
-        "per shard and 0.017 s per sample (start-up <= 10% of a shard); harness logs under "
-        "runs/{run_id}/harness/{shard}/logs/ in the bucket"
+        "per shard and 0.017 s per sample (start-up <= 10% of a shard; figures: start-up and time per "
+        "sample as given); harness logs under runs/{run_id}/harness/{shard}/logs/ in the bucket"
     )
     given = HarnessEval("inspect", "inspect_evals/gsm8k", samples=(1, 2, 3), shard_size=2)
-    shards = shard_plan(given, MODEL, 8, SettingsError)
-    assert statement(given, shards, check_task(given, REPO, SettingsError)) == (
-        "eval: inspect task inspect_evals/gsm8k: 3 samples in 2 shards of up to 2, as given (episode_size); "
+    resolved, bundle = _resolved(given)
+    shards = shard_plan(given, MODEL, 8, SettingsError, resolved=resolved, bundle=bundle)
+    assert statement(given, shards, check_task(resolved, bundle, SettingsError)) == (
+        "eval: inspect task inspect_evals/gsm8k: 3 samples in 2 shards of up to 2, as given (shard_size); "
         "harness logs under runs/{run_id}/harness/{shard}/logs/ in the bucket; "
         "the task itself is checked on the node, by the first shard"
     )
 
 
-def test_inspect_samples_are_read_from_the_task_when_not_listed() -> None:
-    assert task_samples(HarnessEval("inspect", INSPECT_TASK, samples=3), SettingsError) == tuple(
-        INSPECT_IDS[:3]
-    )
+@pytest.mark.slow
+def test_inspect_samples_are_read_from_the_task_in_the_bundle_when_not_listed() -> None:
+    h = HarnessEval("inspect", INSPECT_TASK, samples=3)
+    resolved, bundle = _resolved(h)
+    assert task_samples(h, resolved, bundle, SettingsError) == tuple(INSPECT_IDS[:3])
+    h = HarnessEval("inspect", INSPECT_TASK, samples=11)
     with pytest.raises(SettingsError) as info:
-        task_samples(HarnessEval("inspect", INSPECT_TASK, samples=11), SettingsError)
+        task_samples(h, resolved, bundle, SettingsError)
     assert str(info.value) == "eval.samples: 11 is more than the task's 10 samples"
 
 
@@ -184,10 +214,27 @@ BAD_BLOCKS = [
         "is made from the harness's samples in shards; remove it",
     ),
     (
-        "eval.options",
+        "eval.task",
         {**LM_EVAL, "eval__options": {}},
-        "lm-eval needs include_path (a folder of task YAML files under spoteval/)",
+        "name the lm-eval task as FOLDER@TASK (the folder of its YAML files)",
     ),
+    (
+        "eval.task",
+        {**LM_EVAL, "eval__task": "spoteval/harness/tasks/lm_eval@spoteval_tiny"},
+        "spoteval/harness/tasks/lm_eval@spoteval_tiny: give the folder once, as FOLDER@TASK or as "
+        "include_path, not both",
+    ),
+    (
+        "eval.task",
+        {**INSPECT, "eval__task": "evals/x@t"},
+        "evals/x@t: write PATH.py@TASK (a file) or package.module@TASK (a module)",
+    ),
+    (
+        "eval.requirements",
+        {**INSPECT, "eval__requirements": []},
+        "give a requirements file or a non-empty list",
+    ),
+    ("eval.exclude", {**INSPECT, "eval__exclude": "data/"}, "must be a list of strings, got 'data/'"),
     (
         "eval.samples",
         {**INSPECT, "eval__samples": [7, "7"]},
@@ -223,17 +270,18 @@ def test_bad_eval_blocks_are_one_line_naming_the_key(key: str, changes: dict[str
          "task file spoteval/harness/tasks/nope.py does not exist"),
         (HarnessEval("inspect", "spoteval/harness/tasks/inspect_tiny.py@nope"), "eval.task",
          "spoteval/harness/tasks/inspect_tiny.py defines no task function 'nope'"),
-        (HarnessEval("inspect", "evals/mine.py@x"), "eval.task",
-         "evals/mine.py must be a file under spoteval/ (only that ships to the node)"),
-        (HarnessEval("lm-eval", "nope", options=LM_EVAL_OPTIONS), "eval.task",
-         "lm-eval task 'nope' is not in spoteval/harness/tasks/lm_eval"),
-        (HarnessEval("lm-eval", "tiny", options={"include_path": "/etc"}), "eval.options.include_path",
-         "'/etc' must be a folder under spoteval/"),
+        (HarnessEval("inspect", "../evals/mine.py@x"), "eval.task",
+         f"../evals/mine.py leaves {REPO}: give a path inside it, or an absolute path"),
+        (HarnessEval("lm-eval", "spoteval/harness/tasks/lm_eval@nope"), "eval.task",
+         "lm-eval task 'nope' is not in spoteval/harness/tasks/lm_eval: no YAML file there defines it"),
+        (HarnessEval("lm-eval", "tiny", options={"include_path": "/no/such/folder"}), "eval.task",
+         "lm-eval task folder /no/such/folder does not exist"),
     ],
 )  # fmt: skip
 def test_a_task_that_does_not_exist_is_refused(harness: HarnessEval, key: str, message: str) -> None:
     with pytest.raises(SettingsError) as info:
-        check_task(harness, REPO, SettingsError)
+        resolved, bundle = _resolved(harness)
+        check_task(resolved, bundle, SettingsError)
     assert str(info.value) == f"{key}: {message}"
 
 

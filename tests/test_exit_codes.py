@@ -56,5 +56,5 @@ def test_the_pod_exits_with_the_agent_s_code(
 def test_the_job_fails_on_permanent_codes_only() -> None:
     rules = kube().one("kubernetes:batch/v1:Job").inputs["spec"]["podFailurePolicy"]["rules"]
     failing = {code for r in rules if r["action"] == "FailJob" for code in r["onExitCodes"]["values"]}
-    assert failing == set(exits.PERMANENT) == {2}
+    assert failing == set(exits.PERMANENT) == {2, 3}
     assert not failing & set(exits.TRANSIENT)

@@ -23,7 +23,8 @@ from spoteval.harness import HarnessError, get
 from spoteval.harness.ids import SampleIdError, sample_id, sample_key, sample_keys
 from spoteval.harness.progress import ShardKeys
 from spoteval.harness.runner import run
-from spoteval.harness.shards import HarnessBlock, Timing, choose_episode_size, episode_command, plan, shard
+from spoteval.harness.shards import HarnessBlock, choose_episode_size, episode_command, plan, shard
+from spoteval.harness.timing import Timing
 from spoteval.store import Store
 from tests import fake_model
 from tests.conftest import StoreTarget
@@ -394,33 +395,40 @@ def test_bad_input_is_one_line_and_runs_nothing(
 
 def test_shard_plan_states_its_size_and_why() -> None:
     block = HarnessBlock("inspect", INSPECT_TASK, "standin", sample_s=1.4)
-    chosen = plan(block, INSPECT_IDS * 1 + [f"x{i}" for i in range(90)], parallel=4)
+    measured = Timing(14.8, 0.44, source="harness benchmark (inspect_ai 0.3.285, 2026-12-01)")
+    chosen = plan(block, INSPECT_IDS * 1 + [f"x{i}" for i in range(90)], parallel=4, timing=measured)
     assert (chosen.size, len(chosen.entries), chosen.chosen) == (25, 4, True)
     assert chosen.describe() == (
         "100 samples in 4 shards of up to 25, chosen from start-up 14.8 s per shard and 1.4 s per sample "
-        "(start-up <= 10% of a shard)"
+        "(start-up <= 10% of a shard; figures: time per sample as given, the rest harness benchmark "
+        "(inspect_ai 0.3.285, 2026-12-01))"
     )
     given = plan(HarnessBlock("lm-eval", "t", "m", episode_size=3), list(range(10)))
     assert (given.size, [len(e.params["samples"]) for e in given.entries]) == (3, [3, 3, 3, 1])
-    assert given.describe() == "10 samples in 4 shards of up to 3, as given (episode_size)"
+    assert given.describe() == "10 samples in 4 shards of up to 3, as given (shard_size)"
 
 
 @pytest.mark.slow
-def test_a_shipped_task_runs_from_the_agent_bundle_zip(
+def test_a_shard_runs_from_the_bundle_as_built_unpacked_into_an_empty_folder(
     model: fake_model.FaultyServer, file_target: StoreTarget, tmp_path: Path
 ) -> None:
-    from components.bundle import build_bundle, write_bundle
+    from spoteval.bundle.build import build_bundle
+    from spoteval.bundle.project import ProjectSpec
+    from spoteval.bundle.unpack import unpack
 
-    bundle = build_bundle()
-    for name in ("inspect_tiny.jsonl", "lm_eval/tiny.yaml", "lm_eval/tiny.jsonl"):
-        assert f"spoteval/harness/tasks/{name}" in bundle.files
-    zip_path = write_bundle(bundle, tmp_path / "bundle")
+    tasks = REPO / "spoteval" / "harness" / "tasks"
+    bundle = build_bundle(project=ProjectSpec(tasks))
+    for name in ("inspect_tiny.py", "inspect_tiny.jsonl", "lm_eval/tiny.yaml", "lm_eval/tiny.jsonl"):
+        assert f"eval/{name}" in bundle.files
+    archive = tmp_path / "agent-bundle.zip"
+    archive.write_bytes(bundle.data)
+    root = unpack(archive, tmp_path / "empty" / "bundle")
     out = tmp_path / "out.json"
-    argv = _argv("inspect", INSPECT_TASK, model.base_url, out, "tiny-1", samples=INSPECT_IDS[:3])
-    env = _env(file_target, tmp_path) | {"PYTHONPATH": str(zip_path)}
+    task = "eval/inspect_tiny.py@spoteval_tiny"
+    argv = _argv("inspect", task, model.base_url, out, "tiny-1", samples=INSPECT_IDS[:3])
+    env = _env(file_target, tmp_path) | {"PYTHONPATH": str(root)}
     done = subprocess.run(
-        [sys.executable, "-m", "spoteval.harness", "run", *argv], env=env, cwd=tmp_path, check=False
+        [sys.executable, "-m", "spoteval.harness", "run", *argv], env=env, cwd=root, check=False
     )
     assert done.returncode == 0
     assert _scores(_result(out), "exact") == {sid: INSPECT_SCORES[sid] for sid in INSPECT_IDS[:3]}
-    assert (tmp_path / "node-a" / "spoteval-bundle").is_dir()  # the tasks, extracted from the zip

@@ -65,7 +65,7 @@ def test_the_agent_runs_inspect_shards_and_counts_a_harness_error_apart(
     shards = plan(replace(block, episode_size=5), samples)
     bad = ManifestEntry("bad-0001", {"harness": "inspect", "task": block.task, "samples": ["no/such"]})
     entries = [*shards.entries, bad]
-    command = episode_command(block, sys.executable)
+    command = episode_command(block, sys.executable)  # the checkout's task, by its absolute path
     config = agent_config(
         file_target.url, file_target.options, "r1", tmp_path, command=command, timeout_s=600
     )
@@ -92,19 +92,25 @@ def test_the_agent_runs_inspect_shards_and_counts_a_harness_error_apart(
 
 
 def test_the_drill_runs_a_harness_in_shards_and_refuses_what_does_not_fit(tmp_path: Path) -> None:
-    from spoteval.drill.config import DrillConfig, DrillError, eval_command, harness_plan
+    from spoteval.drill.bundled import prepare
+    from spoteval.drill.config import DrillConfig, DrillError
 
-    cfg = DrillConfig(out=tmp_path, harness="inspect", concurrency=3)
+    cfg = DrillConfig(out=tmp_path / "out", harness="inspect", concurrency=3)
     cfg.check()
-    command = eval_command(cfg)
-    assert command[1:5] == ("-m", "spoteval.harness", "run", "--harness")
+    prepared = prepare(cfg, tmp_path)
+    command = prepared.command
+    assert command[:5] == ("{python}", "-m", "spoteval.harness", "run", "--harness")
     assert "{openai_base_url}" not in command and "{model_url}" in command
-    shards = harness_plan(cfg)
-    assert ([e.id for e in shards.entries], shards.size) == (
-        ["spoteval_tiny-0001", "spoteval_tiny-0002", "spoteval_tiny-0003"],
-        4,
-    )
+    assert command[command.index("--task") + 1] == "eval/inspect_tiny.py@spoteval_tiny"
+    assert [e.id for e in prepared.entries] == [
+        "spoteval_tiny-0001",
+        "spoteval_tiny-0002",
+        "spoteval_tiny-0003",
+    ]
+    assert [len(e.params["samples"]) for e in prepared.entries] == [4, 4, 2]
+    assert "eval/inspect_tiny.py" in prepared.bundle.files and prepared.eval_env == {"workdir": "eval"}
+    assert not (tmp_path / "out").exists()  # nothing written before the drill starts
     with pytest.raises(DrillError, match=r"^--harness 'helm' is not one of inspect, lm-eval$"):
         DrillConfig(out=tmp_path, harness="helm").check()
-    with pytest.raises(DrillError, match=r"^--harness runs its shipped task: give no --eval-command"):
+    with pytest.raises(DrillError, match=r"^--harness runs a task in shards: give no --eval-command"):
         DrillConfig(out=tmp_path, harness="lm-eval", eval_command=("x", "{episode_id}", "{output}")).check()

@@ -97,7 +97,7 @@ def test_the_run_report_has_a_scores_section_and_harness_errors_apart() -> None:
     objects = {f"runs/r1/results/{r.episode_id}.json": r.dumps(as_result=True) for r in results}
     rep = analyse(parse_record("r1", objects, manifest=manifest), now=t0 + timedelta(hours=1))
     text = render(rep, shared=True, width=140)
-    assert "Harness errors: 1 episodes failed for reasons that are not the model's" in text
+    assert "Harness errors: 1 of 2 episodes failed for reasons that are not the model's" in text
     assert "  inspect tiny.py@spoteval_tiny, model standin: 4 samples in 1 shards" in text
     assert "    not scored: 0 samples in model failures, 2 in harness errors" in text
     shared = report_json(rep, shared=True)

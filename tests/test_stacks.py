@@ -554,7 +554,11 @@ def test_kubernetes_episodes_job_ignores_disruptions_and_has_a_deadline() -> Non
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
     assert rules[1] == {
         "action": "FailJob",
-        "onExitCodes": {"containerName": "agent", "operator": "In", "values": [exits.BAD_INPUT]},
+        "onExitCodes": {
+            "containerName": "agent",
+            "operator": "In",
+            "values": [exits.BAD_INPUT, exits.HARNESS_ERRORS],
+        },
     }
     assert len(rules) == 2  # exit 1 and 75 (store unreachable: transient) are retried, counted
     pod = pod_spec(job)

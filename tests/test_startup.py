@@ -27,6 +27,7 @@ from components.startup import (
     render_shutdown_script,
     render_startup_script,
     stop_timeout_s,
+    unpack_bundle,
 )
 from spoteval.agent.config import parse as parse_agent_config
 from spoteval.providers import BY_KEY, K8S_FLAVOURS
@@ -144,7 +145,7 @@ def test_startup_script_is_valid_bash_and_installs_the_service(provider: str, tm
         "ExecStart=/opt/spot-eval/venv/bin/python -m spoteval.agent --config /etc/spot-eval/agent.json"
         in unit
     )
-    assert "Environment=PYTHONPATH=/opt/spot-eval/agent-bundle.zip" in unit
+    assert "Environment=PYTHONPATH=/opt/spot-eval/bundle" in unit
     assert "KillMode=mixed" in unit
     assert f"TimeoutStopSec={stop_timeout_s(settings)}" in unit
     assert script.rstrip().endswith("systemctl start --no-block spot-eval-agent.service")
@@ -324,16 +325,19 @@ def test_bundle_is_fetched_from_the_bucket_with_the_environments_identity(
         timeout=60,
     )
     assert out.read_bytes() == bundle.data
-    # The zip itself is importable: the service only puts it on PYTHONPATH.
+    # The zip unpacks itself (the prepare step's line) into the folder the service puts on PYTHONPATH.
+    folder = tmp_path / "bundle"
+    unpack = unpack_bundle(sys.executable, str(out), str(folder))
+    subprocess.run(["/bin/sh", "-c", unpack], env=env, cwd=tmp_path, check=True, timeout=60)
     probe = subprocess.run(
         [sys.executable, "-c", "import spoteval.record, sys; print(spoteval.record.__file__)"],
-        env={**env, "PYTHONPATH": str(out)},
+        env={**env, "PYTHONPATH": str(folder)},
         cwd=tmp_path,
         capture_output=True,
         text=True,
         check=True,
     )
-    assert probe.stdout.strip().startswith(str(out))
+    assert probe.stdout.strip() == str(folder / "spoteval" / "record.py")
 
 
 def test_shutdown_script_sends_sigterm_to_the_agent_only(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from spoteval.agent import exits
-from spoteval.agent.config import AgentConfig, ConfigError, load
+from spoteval.agent.config import PYTHON_PLACEHOLDER, AgentConfig, ConfigError, load
 from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
 from spoteval.record import RecordError, RunLayout, utc_now
 from spoteval.store import Store, StoreError
@@ -49,7 +49,7 @@ def open_store(config: AgentConfig) -> Store:
 
 
 def _check_command(argv: Sequence[str], key: str) -> None:
-    exe = argv[0]
+    exe = argv[0].replace(PYTHON_PLACEHOLDER, sys.executable)  # the eval env's, else this one
     found = os.access(exe, os.X_OK) if os.sep in exe else shutil.which(exe) is not None
     if not found:
         raise AgentError(f"{key}: command {exe!r} not found or not executable")

@@ -30,6 +30,7 @@ from spoteval.agent import episodes as ep
 from spoteval.agent.boot import BootTimes, ready_details
 from spoteval.agent.claimed import EpisodeQueue
 from spoteval.agent.config import AgentConfig
+from spoteval.agent.evalenv import Prepared, Preparing
 from spoteval.agent.health import ServerWatch
 from spoteval.agent.notices import Notice
 from spoteval.agent.rules import Stop, outage_backlog
@@ -71,6 +72,8 @@ class Attempts:
     started_mono: float
     first_dispatch_mono: float | None
     record_read_s: float
+    eval_env: Preparing
+    prepared: Prepared | None
 
     @property
     def up(self) -> Uploader:
@@ -167,7 +170,10 @@ class Attempts:
             },
         )
         self._wait_durable(journal, JOURNAL_WAIT_S)
-        base_env = dict(os.environ)
+        if self.prepared is None:
+            self.prepared = self.eval_env.get()
+        prepared = self.prepared
+        base_env = {**os.environ, **prepared.env}
         place = {
             "SPOTEVAL_STORE": self.config.store,
             "SPOTEVAL_STORE_OPTIONS": json.dumps(
@@ -193,7 +199,7 @@ class Attempts:
             run.started, run.started_mono = utc_now(), time.monotonic()
             run.timeout_at = run.started_mono + self.config.episodes.timeout_s
             self.running[run.episode_id] = run
-            ep.spawn(self.config.episodes, run, self.model_url, env, self._on_exit)
+            ep.spawn(self.config.episodes, run, self.model_url, env, self._on_exit, **prepared.spawn_args())
         if self.first_dispatch_mono is None:
             self.first_dispatch_mono = time.monotonic()
             self._ready()
@@ -207,6 +213,7 @@ class Attempts:
             record_read_s=self.record_read_s,
             server_started_by_agent=bool(self.config.server.command),
         )
+        details.update(self.eval_env.ready_details(self.started_mono))
         self.event("ready", None, details)
         self.log(
             f"ready: server healthy {details['agent_to_server_healthy_s']} s after agent start, "

@@ -18,6 +18,7 @@ from typing import Any, Final, NoReturn
 from urllib.parse import urlparse
 
 from spoteval.agent.claimed import PoolSettings, parse_pool
+from spoteval.agent.evalenv import EvalEnvConfig
 from spoteval.config_reader import ErrorFactory, Reader
 from spoteval.providers import BY_KEY, KEYS
 from spoteval.record import MARKETS, RecordError, check_id
@@ -26,6 +27,8 @@ from spoteval.store import StoreError, check_url
 #: the providers a node may be on; `local` runs the agent on the user's machine (drills, tests)
 PROVIDERS: Final = (*KEYS, "local")
 PLACEHOLDERS: Final = ("{episode_id}", "{model_url}", "{output}")
+#: the interpreter of the episodes: the eval environment's venv (agent/evalenv.py), else the agent's
+PYTHON_PLACEHOLDER: Final = "{python}"
 ON_DONE: Final = ("exit", "poweroff", "api_stop")
 DEFAULT_SPOOL_DIR: Final = "/var/lib/spot-eval/spool"
 DEFAULT_BOOT_FILE: Final = "/var/lib/spot-eval/boot.json"
@@ -114,6 +117,7 @@ class AgentConfig:
     flush_timeout_s: float = 300.0
     price_refresh_s: float | None = None  # None: the provider's interval (see agent/price.py)
     pool: PoolSettings | None = None  # one of several nodes sharing the run (spoteval.claims)
+    eval_env: EvalEnvConfig | None = None  # the user's eval project and requirements (agent/evalenv.py)
 
     def store_options_with_defaults(self) -> dict[str, Any]:
         return {**STORE_DEFAULTS, **self.store_options}
@@ -315,9 +319,40 @@ def parse(raw: object) -> AgentConfig:
         flush_timeout_s=top.number("flush_timeout_s", 300.0, positive=True),
         price_refresh_s=top.opt_number("price_refresh_s", positive=True),
         pool=_pool(top.value("pool")),
+        eval_env=_eval_env(top.opt_section("eval_env")),
     )
     top.done()
     return config
+
+
+def _relative(value: str | None, key: str) -> str | None:
+    """A path inside the bundle (relative, no `..`) or an absolute one."""
+    if value is not None and not os.path.isabs(value) and ".." in value.split("/"):
+        raise ConfigError(f"{key}: {value!r} must stay inside the bundle")
+    return value
+
+
+def _eval_env(section: Reader | None) -> EvalEnvConfig | None:
+    if section is None:
+        return None
+    venvs_dir = _abs_path(section.string("venvs_dir"), "eval_env.venvs_dir")
+    assert venvs_dir is not None
+    requirements = section.value("requirements")
+    if requirements is not None and (
+        not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements)
+    ):
+        raise ConfigError("eval_env.requirements: must be a list of requirement strings")
+    cfg = EvalEnvConfig(
+        venvs_dir=venvs_dir,
+        workdir=_relative(section.opt_string("workdir"), "eval_env.workdir"),
+        requirements_file=_relative(section.opt_string("requirements_file"), "eval_env.requirements_file"),
+        requirements=None if requirements is None else tuple(requirements),
+        install_timeout_s=section.number("install_timeout_s", 1800.0, positive=True),
+    )
+    if cfg.requirements is not None and cfg.requirements_file is not None:
+        raise ConfigError("eval_env: give requirements or requirements_file, not both")
+    section.done()
+    return cfg
 
 
 def _pool(raw: object) -> PoolSettings | None:
@@ -377,6 +412,7 @@ def build_agent_config(
     work_dir: str | None = None,
     boot_file: str | None = None,
     pool: Mapping[str, Any] | None = None,
+    eval_env: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The agent's config as a JSON object (what `parse` reads); optional keys are left out when None.
 
@@ -430,6 +466,7 @@ def build_agent_config(
         ("work_dir", work_dir),
         ("boot_file", boot_file),
         ("pool", None if pool is None else dict(pool)),
+        ("eval_env", None if eval_env is None else dict(eval_env)),
     )
     config.update({key: value for key, value in optional if value is not None})
     return config

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -74,18 +75,30 @@ def spawn(
     model_url: str,
     env: Mapping[str, str],
     on_exit: Callable[[Running], None],
+    *,
+    python: str = sys.executable,
+    cwd: str | None = None,
+    refused: str | None = None,
 ) -> None:
-    """Start the attempt in its own process group; `on_exit(run)` is called from a thread when it ends."""
+    """Start the attempt in its own process group; `on_exit(run)` is called from a thread when it ends.
+
+    `python` fills `{python}` and `cwd` is where the attempt starts (the eval environment's, see
+    agent/evalenv.py); `refused` says why this attempt cannot start at all (a failed requirements
+    install): it ends at once as a harness error carrying that reason.
+    """
     values = {
         "episode_id": run.episode_id,
         "model_url": model_url,
         "openai_base_url": openai_base_url(model_url),
         "output": run.output_path,
+        "python": python,
     }
     argv = substitute(config.command, values)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(run.output_path)
     try:
+        if refused is not None:
+            raise _Refused(refused)
         with open(run.log_path, "wb") as log:
             run.proc = subprocess.Popen(
                 argv,
@@ -93,8 +106,15 @@ def spawn(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=dict(env),
+                cwd=cwd,
                 start_new_session=True,
             )
+    except _Refused as exc:
+        run.spawn_error = str(exc)
+        run.returncode = 3
+        run.ended, run.ended_mono = utc_now(), time.monotonic()
+        on_exit(run)
+        return
     except OSError as exc:
         run.spawn_error = f"cannot start episode command {argv[0]!r}: {exc.strerror or exc}"
         run.returncode = 127
@@ -109,6 +129,10 @@ def spawn(
         on_exit(run)
 
     threading.Thread(target=wait, name=f"episode-{run.episode_id}", daemon=True).start()
+
+
+class _Refused(Exception):
+    """The attempt cannot start (spawn's `refused`)."""
 
 
 def terminate(run: Running, reason: str, grace_s: float, now: float) -> None:

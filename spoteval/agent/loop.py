@@ -41,6 +41,7 @@ from spoteval.agent.attempts import UPLOAD_THREADS, Attempts
 from spoteval.agent.aws_metric import start_publisher
 from spoteval.agent.boot import billed_from, boot_times
 from spoteval.agent.config import AgentConfig
+from spoteval.agent.evalenv import Prepared, Preparing
 from spoteval.agent.health import ServerWatch
 from spoteval.agent.holding import Holding
 from spoteval.agent.notices import (
@@ -92,6 +93,8 @@ class Agent(Holding, Attempts, Starting, Stopping):
         self.server = ep.ModelServer(config.server, os.path.join(self.work_dir, "server.log"), os.environ)
         self.stopping_watchers = threading.Event()
         self.health = ServerWatch(self.server, self.stopping_watchers, log)
+        self.eval_env = Preparing(config.eval_env, log)  # the eval project's venv, while the server warms up
+        self.prepared: Prepared | None = None
         self.ledger = Ledger()  # this incarnation's money at each price it read
         self.spooled: list[Item] = []  # what an earlier incarnation left in the spool
         self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
@@ -250,6 +253,7 @@ class Agent(Holding, Attempts, Starting, Stopping):
         if self.spooled:
             self.log(f"uploading {len(self.spooled)} object(s) an earlier incarnation left in the spool")
         self.health.start()
+        self.eval_env.start()
         t0 = time.monotonic()
         self.price = resolve_price(self.config)
         recovered = self._recover()
@@ -285,7 +289,7 @@ class Agent(Holding, Attempts, Starting, Stopping):
             args = (self.config, interval, self.stopping_watchers, self.messages, self.log)
             threading.Thread(target=reread, args=args, name="price", daemon=True).start()
         self.pending.fill(self.config.episodes.concurrency)
-        if self.pending and not self._wait_healthy():
+        if self.pending and not (self._wait_healthy() and self._wait_eval_env()):
             return self._finish()
         self._loop()
         return self._finish()
@@ -307,6 +311,17 @@ class Agent(Holding, Attempts, Starting, Stopping):
                 f"model server not healthy at {self.config.server.health_url} within "
                 f"{self.config.server.ready_timeout_s:g} s"
             )
+        return True
+
+    def _wait_eval_env(self) -> bool:
+        """The eval environment (agent/evalenv.py) before the first attempt; False on a notice."""
+        while not self.eval_env.done.is_set():
+            self._pump(0.1)
+            if self.notice is not None:
+                return False
+            if self.up.fatal is not None:
+                raise Fatal("the store refuses writes (above)")
+        self.prepared = self.eval_env.get()
         return True
 
     def _server_failed(self, message: str) -> bool:

@@ -12,6 +12,7 @@ phase; it declares the agent's state and steps it uses.
   nearer; a second SIGTERM kills everything at once. The flush, the acknowledgement and the model
   server's stop all fit before the deadline; the exit code is 0, or 1 if something is still only in
   the spool (a Kubernetes Job index must not count as completed then).
+- A run that ends with every episode's result a harness error exits 3 (agent/verdict.py).
 - A stop rule stops what runs (SIGTERM, SIGKILL after `STOP_TERM_GRACE_S`) and empties the queue;
   the model server is stopped; once the store holds everything the run ends with a `stop` event and,
   with `on_done: poweroff`, the power-off command. If the store has not taken everything within
@@ -30,7 +31,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from spoteval.agent import episodes as ep
-from spoteval.agent import rules, tally
+from spoteval.agent import exits, rules, tally
 from spoteval.agent.claimed import EpisodeQueue
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.health import ServerWatch
@@ -39,7 +40,9 @@ from spoteval.agent.power import power_off
 from spoteval.agent.rules import Stop
 from spoteval.agent.scale_zero import scale_to_zero
 from spoteval.agent.uploader import Item, Uploader
-from spoteval.record import format_time
+from spoteval.agent.verdict import every_episode_harness_error
+from spoteval.record import RunLayout, format_time
+from spoteval.store import Store
 
 NOTICE_WAIT_S: Final = 5.0  # longest wait for the notice event before killing attempts anyway
 STOP_TERM_GRACE_S: Final = 5.0  # a stop rule: SIGTERM to each attempt, SIGKILL this long after
@@ -58,6 +61,8 @@ class Stopping:
     deadline_mono: float
     stop: Stop | None
     exit_code: int
+    store: Store
+    order: list[str]
     pending: EpisodeQueue
     running: dict[str, ep.Running]
     settling: list[tuple[ep.Running, ep.Ended]]
@@ -199,6 +204,12 @@ class Stopping:
         flushed = self.up.flush(self.config.flush_timeout_s)
         self._pump(0)
         details = {**stop.details, **self._summary(), "in_flight": self._in_flight_detail()}
+        if stop.reason == "done" and flushed and self.counts["harness_error"]:
+            why = every_episode_harness_error(self.store, RunLayout(self.config.run_id), len(self.order))
+            if why is not None:
+                self.log(f"every episode ended in a harness error: the run measured nothing ({why})")
+                details.update(harness_errors="every episode", harness_error=why)
+                self.exit_code = exits.HARNESS_ERRORS
         if flushed:
             self.event("stop", stop.reason, details)
             flushed = self.up.flush(self.config.flush_timeout_s)

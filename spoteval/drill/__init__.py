@@ -4,8 +4,9 @@ No cloud account: a store (a local folder, or S3 served by a moto server the dri
 stand-in model server, the real node agent with provider `local`, and a controller that does what a
 spot provider does to a node (controller.py). Modules:
 
-- config.py: what a drill is asked (`DrillConfig`), what it did (`DrillResult`, `Kill`), the node's
-  commands and agent config, the placement's starting workload;
+- config.py: what a drill is asked (`DrillConfig`, the user's own eval `OwnEval`), what it did
+  (`DrillResult`, `Kill`), the node's commands and agent config, the placement's starting workload;
+- bundled.py: the agent bundle the drill's node runs, with the user's eval project, and the shards;
 - controller.py: `Drill`, the chaos controller, and `run_drill`;
 - node.py: the node's startup path (`python -m spoteval.drill node ...`);
 - procs.py: the node's processes (list, freeze, kill, episodes in flight);
@@ -27,6 +28,7 @@ from spoteval.drill.config import (
     DrillError,
     DrillResult,
     Kill,
+    OwnEval,
     agent_config,
     base_workload,
     sample_eval_command,
@@ -50,6 +52,7 @@ __all__ = [
     "DrillError",
     "DrillResult",
     "Kill",
+    "OwnEval",
     "Proc",
     "agent_config",
     "base_workload",

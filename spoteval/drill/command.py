@@ -4,7 +4,9 @@
 the drill with a progress display, builds the run report (spoteval.report) while the store still
 serves it (with `--store s3` the record ends with the moto server), writes `timeline.png`,
 `report.txt` and `report.json` into the drill's folder, and prints the summary and the report (or
-the report as JSON). Exit code: 0 the run finished, 1 it did not finish in time.
+the report as JSON). Exit code: 0 the run finished, 1 it did not finish in time, 3 every episode
+ended in a harness error (the first reason on stderr: a run that measured nothing of the model never
+reports success).
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from spoteval.drill.config import (
 )
 from spoteval.drill.controller import Drill
 from spoteval.drill.display import Display
+from spoteval.report.failures import HarnessFailures, harness_failures
 from spoteval.store import Store, StoreError
+
+EXIT_HARNESS_ERRORS = 3
 
 
 def report_of(result: DrillResult) -> report.RunReport:
@@ -40,7 +45,7 @@ def report_of(result: DrillResult) -> report.RunReport:
     return report.build(store, result.run_id, base, source)
 
 
-def summary(result: DrillResult) -> str:
+def summary(result: DrillResult, failures: HarnessFailures | None = None) -> str:
     secs = (result.ended - result.started).total_seconds()
     in_flight = sum(len(k.in_flight) for k in result.kills)
     lines = [
@@ -50,6 +55,9 @@ def summary(result: DrillResult) -> str:
         f"({in_flight} episode(s) in flight at the notices)" + ("" if result.finished else "; NOT FINISHED"),
     ]
     lines += [f"  note: {n}" for n in result.notes]
+    if failures is not None and failures.count:
+        lines.append(failures.line() + ":")
+        lines += [f"  {episode}: {why}" for episode, why in failures.first]
     return "\n".join(lines) + "\n"
 
 
@@ -68,10 +76,11 @@ def run_command(cfg: DrillConfig, *, as_json: bool = False, shared: bool = False
     report.plot_timeline(rep, str(png))
     (out / "report.txt").write_text(report.render(rep))
     (out / "report.json").write_text(json.dumps(report.report_json(rep), indent=2, sort_keys=True) + "\n")
+    failures = harness_failures(rep.record.results, result.episodes)
     if as_json:
         print(json.dumps(report.report_json(rep, shared=shared), indent=2, sort_keys=True))
     else:
-        sys.stdout.write(summary(result))
+        sys.stdout.write(summary(result, failures))
         sys.stdout.write("\n" + report.render(rep, shared=shared))
         again = (
             f"python -m scripts.report --store {result.store_url} --run {result.run_id} "
@@ -81,4 +90,8 @@ def run_command(cfg: DrillConfig, *, as_json: bool = False, shared: bool = False
         print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, operator.json, {nodes}")
         if result.store_url.startswith("file://"):
             print(f"Report again: {again}")
+    if failures.every_episode:
+        why = failures.first[0][1] if failures.first else "no reason recorded"
+        print(f"drill: every episode ended in a harness error ({failures.count}): {why}", file=sys.stderr)
+        return EXIT_HARNESS_ERRORS
     return 0 if result.finished else 1

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypedDict
@@ -49,6 +49,53 @@ class DrillError(Exception):
 
 
 @dataclass(frozen=True)
+class OwnEval:
+    """The user's own eval in a drill: `--task` (with `--harness`), or `--eval-command` with
+    `--workdir`, and what either needs (spoteval/drill/bundled.py makes the bundle of it). Paths are
+    relative to the folder the drill runs in, or absolute."""
+
+    task: str | None = None  # the one task syntax (spoteval/harness/taskref.py); None: the shipped task
+    workdir: str | None = None  # the eval project (default: the task's folder)
+    requirements: str | tuple[str, ...] | None = None  # a requirements file, or requirement lines
+    excludes: tuple[str, ...] = ()
+    ship_credentials: tuple[str, ...] = ()
+    task_args: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    samples: tuple[Any, ...] | int | None = None  # ids, the first N, or (None) every sample
+    shard_size: int | None = None
+    startup_s: float | None = None
+    sample_s: float | None = None
+    timing_from: Path | None = None  # an earlier drill's folder: plan from its run record
+
+    def check(self, harness: str | None, eval_command: bool) -> None:
+        harness_only = {
+            "--task": self.task,
+            "--task-args": self.task_args or None,
+            "--options": self.options or None,
+            "--samples": self.samples,
+            "--shard-size": self.shard_size,
+            "--startup-s": self.startup_s,
+            "--sample-s": self.sample_s,
+            "--timing-from": self.timing_from,
+        }
+        given = [k for k, v in harness_only.items() if v is not None]
+        if given and harness is None:
+            raise DrillError(f"{given[0]} names a harness task: give --harness inspect|lm-eval")
+        ships = {"--workdir": self.workdir, "--requirements": self.requirements}
+        given = [k for k, v in ships.items() if v is not None]
+        if given and harness is None and not eval_command:
+            raise DrillError(f"{given[0]} is for your own eval: give --harness or --eval-command")
+        for name, value in (("--shard-size", self.shard_size), ("--samples", self.samples)):
+            if isinstance(value, int) and value < 1:
+                raise DrillError(f"{name} must be >= 1, got {value}")
+        for name, number in (("--startup-s", self.startup_s), ("--sample-s", self.sample_s)):
+            if number is not None and (
+                not math.isfinite(number) or number < 0 or (number == 0 and "sample" in name)
+            ):
+                raise DrillError(f"{name} must be {'> 0' if 'sample' in name else '>= 0'}, got {number}")
+
+
+@dataclass(frozen=True)
 class DrillConfig:
     out: Path
     store: str = "file"  # "file", "s3" (moto server on loopback), or a store URL
@@ -76,6 +123,7 @@ class DrillConfig:
     #: the drill's operator lease: a second operator takes over this long after the drill's
     #: operator fell silent (the drill was killed); renewed every quarter of it
     lease_ttl_s: float = 20.0
+    own: OwnEval = field(default_factory=OwnEval)  # the user's own task, folder and requirements
 
     def check(self) -> None:
         if self.nodes < 1:
@@ -103,12 +151,13 @@ class DrillConfig:
                 known = ", ".join(sorted(HARNESSES))
                 raise DrillError(f"--harness {self.harness!r} is not one of {known}")
             if self.eval_command is not None or self.manifest is not None:
-                raise DrillError("--harness runs its shipped task: give no --eval-command or --manifest")
+                raise DrillError("--harness runs a task in shards: give no --eval-command or --manifest")
         if self.preempt_after_samples is not None:
             if self.harness is None:
                 raise DrillError("--preempt-after-samples counts harness samples: give --harness")
             if self.preempt_after_samples < 1:
                 raise DrillError(f"--preempt-after-samples must be >= 1, got {self.preempt_after_samples}")
+        self.own.check(self.harness, self.eval_command is not None)
         if self.eval_command is not None:
             joined = " ".join(self.eval_command)
             for placeholder in ("{episode_id}", "{output}"):
@@ -210,28 +259,6 @@ def sample_eval_command(cfg: DrillConfig) -> tuple[str, ...]:
     )
 
 
-def harness_plan(cfg: DrillConfig) -> Any:
-    """The shipped task of `cfg.harness` in shards (a `spoteval.harness.shards.ShardPlan`)."""
-    from spoteval.harness.shards import plan
-    from spoteval.harness.tasks import shipped
-
-    assert cfg.harness is not None
-    block, samples = shipped(cfg.harness)
-    return plan(block, samples, parallel=cfg.concurrency)
-
-
-def eval_command(cfg: DrillConfig) -> tuple[str, ...]:
-    """The episode command of the drill: the user's, the harness shard runner's, or the sample's."""
-    if cfg.eval_command is not None:
-        return cfg.eval_command
-    if cfg.harness is not None:
-        from spoteval.harness.shards import episode_command
-        from spoteval.harness.tasks import shipped
-
-        return tuple(episode_command(shipped(cfg.harness)[0], sys.executable))
-    return sample_eval_command(cfg)
-
-
 def standin_command(cfg: DrillConfig) -> tuple[str, ...]:
     return (
         sys.executable,
@@ -267,6 +294,12 @@ def node_dir(cfg: DrillConfig, index: int) -> Path:
     return cfg.out.resolve() / ("node" if cfg.nodes == 1 else f"node-{index}")
 
 
+def machine_command(argv: Sequence[str], folder: Path) -> list[str]:
+    """The model server as the machine's own program: it starts in `folder` (where the drill runs,
+    as an image's program would be installed there), not in the node's unpacked bundle."""
+    return ["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(folder), *argv]
+
+
 def agent_config(
     cfg: DrillConfig,
     run_id: str,
@@ -275,10 +308,18 @@ def agent_config(
     port: int,
     *,
     index: int = 1,
+    episodes_command: Sequence[str] | None = None,
+    eval_env: Mapping[str, Any] | None = None,
+    home: Path | None = None,
 ) -> dict[str, Any]:
-    """The agent's config for the drill's node `index` (the same one at every start)."""
+    """The agent's config for the drill's node `index` (the same one at every start): the episode
+    command and eval environment of the drill's bundle (spoteval/drill/bundled.py), the eval
+    environment's venvs on the node's own cache folder (`node/cache/venvs`, kept across its lives,
+    as a VM's weights-cache disk), the model server started in `home` (the drill's folder)."""
     folder = node_dir(cfg, index)
     server = [a.replace("{port}", str(port)) for a in (cfg.server_command or standin_command(cfg))]
+    server = machine_command(server, home or Path.cwd())
+    env = None if eval_env is None else {**eval_env, "venvs_dir": str(folder / "cache" / "venvs")}
     return build_agent_config(
         run_id=run_id,
         store=store_url,
@@ -288,7 +329,7 @@ def agent_config(
         server_url=f"http://127.0.0.1:{port}",
         server_command=server,
         ready_timeout_s=120,
-        episodes_command=eval_command(cfg),
+        episodes_command=list(episodes_command) if episodes_command is not None else sample_eval_command(cfg),
         concurrency=cfg.concurrency,
         max_attempts=cfg.max_attempts,
         timeout_s=600,
@@ -301,6 +342,7 @@ def agent_config(
         boot_file=str(folder / "boot.json"),
         sigterm_grace_s=max(cfg.notice_s, 0.1),
         pool=DRILL_POOL if cfg.nodes > 1 else None,
+        eval_env=env,
     )
 
 

@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from spoteval import loopback
+from spoteval.bundle.unpack import unpack
 from spoteval.drill.attach import DrillNode, DrillRun, write_operator_file
+from spoteval.drill.bundled import DrillBundle, prepare
 from spoteval.drill.config import (
     DRILL_GRANT,
     NODE_PLACE,
@@ -54,17 +56,17 @@ from spoteval.drill.config import (
     Kill,
     agent_config,
     base_workload,
-    eval_command,
-    harness_plan,
     node_dir,
     node_id,
 )
 from spoteval.drill.display import Display
-from spoteval.drill.node import launch_node, pythonpath
+from spoteval.drill.node import launch_node
 from spoteval.drill.plane import Launch, LocalPlane, local_outputs
-from spoteval.drill.procs import episodes_in, frozen, identifiable
+from spoteval.drill.procs import descendants, episodes_in, frozen, identifiable
+from spoteval.harness.hold import ENV as HOLD_ENV
+from spoteval.harness.hold import RELEASE_ENV
 from spoteval.loopback import LaunchError, free_port
-from spoteval.manifest import ManifestEntry, dump_manifest, parse_manifest
+from spoteval.manifest import ManifestEntry, dump_manifest
 from spoteval.operate.lease import OperatorLease, holder_name
 from spoteval.operate.loop import Line, Operator
 from spoteval.record import Event, RunLayout, format_time, utc_now
@@ -108,6 +110,7 @@ class Drill:
         self.lifetimes = random.Random(f"lifetimes:{cfg.seed}")
         self.delays = random.Random(f"capacity:{cfg.seed}")
         self.preempted_seq = _PREEMPTED_SEQ
+        self.prepared: DrillBundle | None = None  # the bundle every node start unpacks
 
     # set-up ---------------------------------------------------------------------------------
 
@@ -127,33 +130,41 @@ class Drill:
         return kind, {}
 
     def _manifest(self) -> list[ManifestEntry]:
-        if self.cfg.manifest is not None:
-            try:
-                return parse_manifest(self.cfg.manifest.read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise DrillError(f"--manifest {self.cfg.manifest}: {exc.strerror or exc}") from None
-            except ValueError as exc:
-                raise DrillError(f"--manifest {self.cfg.manifest}: {exc}") from None
-        if self.cfg.harness is not None:
-            shards = harness_plan(self.cfg)
-            self._log(f"harness {self.cfg.harness}: {shards.describe()}")
-            return list(shards.entries)
-        width = max(4, len(str(self.cfg.episodes)))
-        return [ManifestEntry(f"ep-{i:0{width}d}", {"index": i}) for i in range(1, self.cfg.episodes + 1)]
+        assert self.prepared is not None
+        if self.prepared.statement is not None:
+            self._log(self.prepared.statement)
+        return self.prepared.entries
+
+    @property
+    def bundle_zip(self) -> Path:
+        return self.out / "agent-bundle.zip"
 
     def _agent_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The agent's CLI as the node runs it: from the bundle (unpacked into `out/bundle/`)."""
+        root = unpack(self.bundle_zip, self.out / "bundle")
         return subprocess.run(
             [sys.executable, "-m", "spoteval.agent", *args],
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": pythonpath()},
+            cwd=self.out,
+            env={**os.environ, "PYTHONPATH": str(root)},
             check=False,
         )
 
     # the provider ---------------------------------------------------------------------------
 
     def _launch(self, config: Path, incarnation: int, index: int = 1) -> subprocess.Popen[bytes]:
-        return launch_node(config, node_dir(self.cfg, index), f"node-{incarnation}.log")
+        hold: dict[str, str] = {}
+        if self.cfg.preempt_after_samples is not None and incarnation == 1:
+            hold[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # a first life's shards stop at N samples
+            hold[RELEASE_ENV] = str(self._release_file(index))
+            self._release_file(index).unlink(missing_ok=True)
+        folder = node_dir(self.cfg, index)
+        return launch_node(config, folder, f"node-{incarnation}.log", bundle=self.bundle_zip, extra_env=hold)
+
+    def _release_file(self, index: int) -> Path:
+        """Created when node `index` is not the one taken at N samples: its shards hold no more."""
+        return node_dir(self.cfg, index) / "hold-released"
 
     def _write_preempted(
         self, store: Store, layout: RunLayout, at: datetime, launched: datetime, node: str
@@ -178,7 +189,9 @@ class Drill:
 
     def run(self) -> DrillResult:
         cfg = self.cfg
+        self.prepared = prepare(cfg)  # before anything is written or started
         self.out.mkdir(parents=True, exist_ok=True)
+        self.bundle_zip.write_bytes(self.prepared.bundle.data)
         started = utc_now()
         run_id = cfg.run_id or f"drill-{started.strftime('%Y%m%d-%H%M%S')}-s{cfg.seed}"
         try:
@@ -212,8 +225,20 @@ class Drill:
         manifest_path.write_bytes(dump_manifest(entries))
         config_path = self.out / "agent.json"
         configs = [config_path] + [self.out / f"agent-{i}.json" for i in range(2, cfg.nodes + 1)]
+        prepared = self.prepared
+        assert prepared is not None
         for i, path in enumerate(configs, start=1):
-            agent = agent_config(cfg, run_id, store_url, options, free_port(), index=i)
+            agent = agent_config(
+                cfg,
+                run_id,
+                store_url,
+                options,
+                free_port(),
+                index=i,
+                episodes_command=prepared.command,
+                eval_env=prepared.eval_env,
+                home=prepared.base,
+            )
             path.write_text(json.dumps(agent, indent=2) + "\n")
         base = base_workload(len(entries), cfg.capacity_delay_s)
         (self.out / "workload.json").write_text(json.dumps(base, indent=2) + "\n")
@@ -385,7 +410,7 @@ class Drill:
             )
             self._log(f"{self.notes[-1]}: {tail}")
         if m.chaos.by_samples and not m.chaos.over:
-            self._preempt_by_samples(life, m.chaos, now)
+            self._preempt_by_samples(life, m.chaos, plane, now)
         if not m.chaos.over:
             kill = self._chaos(life, m.chaos, plane, now=now, all_done=all_done)
             if kill is not None:
@@ -406,10 +431,12 @@ class Drill:
         notice_s = self.cfg.notice_s
         if self.cfg.preempt_after_samples is not None and launch.number == 1:
             n = self.cfg.preempt_after_samples
+            unless = "" if self.cfg.nodes == 1 else f" if it runs a shard then; else in {lifetime:.1f} s"
             self._log(
-                f"{self._name(plane)}start 1 (it will be taken once {n} harness samples are in the store)"
+                f"{self._name(plane)}start 1 (it will be taken once {n} harness samples are in the store"
+                f"{unless})"
             )
-            return _Chaos(start=1, launched=launch.at, over=False, by_samples=True)
+            return _Chaos(start=1, lifetime=lifetime, launched=launch.at, over=False, by_samples=True)
         self._log(f"{self._name(plane)}start {launch.number} (its lifetime will be {lifetime:.1f} s)")
         return _Chaos(
             start=launch.number,
@@ -420,8 +447,10 @@ class Drill:
             over=False,
         )
 
-    def _preempt_by_samples(self, life: _Life, chaos: _Chaos, now: float) -> None:
-        """`preempt_after_samples`: once that many samples are in the store, the notice is now."""
+    def _preempt_by_samples(self, life: _Life, chaos: _Chaos, plane: LocalPlane, now: float) -> None:
+        """`preempt_after_samples`: once that many samples are in the store, the notice is now for a
+        node that runs a shard (its shard runners hold there: spoteval/harness/hold.py); a node that
+        runs none lives its drawn lifetime instead."""
         try:
             keys = life.store.list(f"{life.layout.prefix}harness/")
         except StoreError:
@@ -430,10 +459,20 @@ class Drill:
         if samples < (self.cfg.preempt_after_samples or 0):
             return
         chaos.by_samples = False
+        process = plane.process
+        if process is None or not episodes_in(descendants(process.pid), life.ids):
+            index = next(i for i, p in enumerate(self.planes, start=1) if p is plane)
+            self._release_file(index).touch()
+            latest = plane.latest
+            launched = latest.at_mono if latest is not None else now
+            chaos.t_kill = launched + chaos.lifetime
+            chaos.t_notice = chaos.t_kill - self.cfg.notice_s if self.cfg.notice_s > 0 else math.inf
+            return
         chaos.t_notice = now if self.cfg.notice_s > 0 else math.inf
         chaos.t_kill = now + self.cfg.notice_s
         chaos.lifetime = (utc_now() - chaos.launched).total_seconds() + self.cfg.notice_s
-        self._log(f"{samples} harness samples in the store: the node is taken")
+        who = "the node" if self.cfg.nodes == 1 else plane.node
+        self._log(f"{samples} harness samples in the store: {who} is taken")
 
     def _chaos(
         self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool
@@ -482,7 +521,7 @@ class Drill:
             notice_at=chaos.notice_at,
             killed_at=killed_at,
             in_flight=tuple(sorted(chaos.in_flight)),
-            observed=identifiable(eval_command(self.cfg)),
+            observed=identifiable(self.prepared.command if self.prepared else ()),
             agent_exit=code,
             capacity_delay_s=delay,
             node=plane.node,

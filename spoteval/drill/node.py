@@ -1,9 +1,13 @@
 """The drill node's startup path: what the startup script is on a real node.
 
-`python -m spoteval.drill node --config agent.json --boot-file F` notes the boot time in the agent's
-boot file, starts the agent with the same config every time, and stays as the node's init; it notes
-its own pid beside the boot file (`init.json`), so an operator started by hand
-(spoteval/drill/attach.py) finds the node. `launch_node` starts it, for the drill and that operator.
+`python -m spoteval.drill node --config agent.json --boot-file F --bundle ZIP` notes the boot time in
+the agent's boot file, unpacks the agent bundle into a fresh folder beside it (`bundle/`, as a VM's
+startup script does; kept when unpacked from the same archive), starts the agent from there
+(`PYTHONPATH` is that folder only, the working folder the node's own) with the same config every
+time, and stays as the node's init; it notes its own pid beside the boot file (`init.json`), so an
+operator started by hand (spoteval/drill/attach.py) finds the node. `launch_node` starts it, for
+the drill and that operator, with the drill's bundle (`agent-bundle.zip` in the drill's folder).
+Without `--bundle` the agent runs from this checkout (tests of the startup path).
 
 On Linux this process is a child subreaper, so an episode or model server orphaned by the agent
 stays inside the node and dies with it. Elsewhere such orphans may escape (the drill then kills what
@@ -19,7 +23,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -41,6 +45,7 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m spoteval.drill node")
     parser.add_argument("--config", required=True)
     parser.add_argument("--boot-file", required=True)
+    parser.add_argument("--bundle", help="the agent bundle zip to unpack and run from")
     args = parser.parse_args(argv)
     boot = utc_now()
     if sys.platform.startswith("linux"):
@@ -52,10 +57,17 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     Path(args.boot_file).parent.mkdir(parents=True, exist_ok=True)
     _write(Path(args.boot_file), {"boot_time": format_time(boot), "source": "drill"})
     _write(init_file(Path(args.boot_file)), {"pid": os.getpid(), "started": format_time(boot)})
-    env = {**os.environ, "PYTHONPATH": pythonpath()}
+    home = Path(args.boot_file).resolve().parent
+    if args.bundle:
+        from spoteval.bundle.unpack import unpack
+
+        env = {**os.environ, "PYTHONPATH": str(unpack(args.bundle, home / "bundle"))}
+    else:
+        env = {**os.environ, "PYTHONPATH": pythonpath()}
     agent = subprocess.Popen(
         [sys.executable, "-m", "spoteval.agent", "--config", args.config],
         env=env,
+        cwd=home,
         preexec_fn=_default_sigterm,  # noqa: PLW1509 - the agent must not inherit SIG_IGN-like handlers
     )
     code: int | None = None
@@ -83,27 +95,32 @@ def init_file(boot_file: Path) -> Path:
     return boot_file.with_name("init.json")
 
 
-def launch_node(config: Path, folder: Path, log_name: str) -> subprocess.Popen[bytes]:
-    """Start the node's startup path in its own session, its output in `folder/logs/log_name`."""
+def launch_node(
+    config: Path,
+    folder: Path,
+    log_name: str,
+    *,
+    bundle: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start the node's startup path in its own session, its output in `folder/logs/log_name`; the
+    node runs from `bundle` (default: the drill's `agent-bundle.zip` beside the node's folder)."""
     logs = folder / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    bundle = bundle or folder.parent / "agent-bundle.zip"
+    argv = [sys.executable, "-m", "spoteval.drill", "node", "--config", str(config)]
+    argv += ["--boot-file", str(folder / "boot.json")]
+    if bundle.is_file():
+        argv += ["--bundle", str(bundle)]
+    env = {k: v for k, v in os.environ.items() if k not in (extra_env or {})}
     log = open(logs / log_name, "wb")  # noqa: SIM115 - the child holds it
     try:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "spoteval.drill",
-                "node",
-                "--config",
-                str(config),
-                "--boot-file",
-                str(folder / "boot.json"),
-            ],
+            argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "PYTHONPATH": pythonpath()},
+            env={**env, **(extra_env or {}), "PYTHONPATH": pythonpath()},
         )
     finally:
         log.close()

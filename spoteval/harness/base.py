@@ -13,12 +13,8 @@ log, never from an exit code alone:
 
 from __future__ import annotations
 
-import os
-import tempfile
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Protocol
 
 from spoteval.harness.ids import SampleId
@@ -85,23 +81,3 @@ def one_line(exc: BaseException | str, limit: int = 400) -> str:
         kind = type(exc).__name__
         line = f"{kind}: {line}" if line else kind
     return line[:limit]
-
-
-def bundle_root() -> str:
-    """The folder that holds `spoteval/` on disk.
-
-    On a node the agent bundle is a zip on PYTHONPATH: the harnesses need their task files on disk,
-    so `spoteval/harness/tasks/` is extracted once from the zip under `SPOTEVAL_WORK_DIR` (else the
-    temporary folder), in a folder named by the zip's size and time.
-    """
-    root = Path(__file__).parents[2]
-    if root.is_dir() or not zipfile.is_zipfile(root):
-        return str(root)
-    stat = root.stat()
-    base = os.environ.get("SPOTEVAL_WORK_DIR") or tempfile.gettempdir()
-    target = Path(base, "spoteval-bundle", f"{stat.st_size}-{int(stat.st_mtime)}")
-    if not (target / "spoteval").is_dir():
-        with zipfile.ZipFile(root) as archive:
-            members = [n for n in archive.namelist() if n.startswith("spoteval/harness/tasks/")]
-            archive.extractall(target, members)
-    return str(target)

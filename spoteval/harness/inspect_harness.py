@@ -3,9 +3,9 @@
 - The model is inspect's `openai-api` provider: `openai-api/spoteval/{model}` with
   `model_base_url={openai_base_url}` (the server root + `/v1`), the API key from `SPOTEVAL_API_KEY`
   (`none` when unset; vLLM started without `--api-key` takes any).
-- The task is what `inspect eval` takes: `path/to/file.py@name`, a registry name (a relative file
-  path is looked up from the working folder, then from the folder that holds `spoteval/`, so a
-  task shipped in the agent bundle is found on the node); the task's
+- The task is what `inspect eval` takes (`/abs/path/file.py@name`, as the runner hands it: see
+  spoteval/harness/locate.py; a registry name), or `package.module@name`, a task function in an
+  importable module (imported here, called with the task's arguments); the task's
   arguments are `task_args`; options are passed to `inspect_ai.eval()` (`epochs`, `max_tokens`,
   `temperature`, `fail_on_error`, `max_retries`, `timeout`, ...). spot-eval sets `sample_id`,
   `log_dir`, `display` and the model itself, so those options are refused.
@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect as pyinspect
 import os
 import time
@@ -37,10 +38,10 @@ from spoteval.harness.base import (
     Outcome,
     SampleRecord,
     Sink,
-    bundle_root,
     one_line,
 )
 from spoteval.harness.ids import SampleId, sample_key
+from spoteval.harness.taskref import MODULE, split
 
 PROVIDER: Final = "openai-api/spoteval"
 RESERVED: Final = frozenset(
@@ -68,13 +69,25 @@ def _install_hook() -> None:
     _install_hook.done = True  # type: ignore[attr-defined]
 
 
-def resolve_task(task: str) -> str:
-    """A task whose file is relative and not in the working folder, looked up from the bundle root."""
-    path, sep, name = task.partition("@")
-    if not path.endswith(".py") or os.path.isabs(path) or os.path.exists(path):
-        return task
-    candidate = os.path.join(bundle_root(), path)
-    return candidate + sep + name if os.path.exists(candidate) else task
+def _module_task(task: str, args: Mapping[str, Any]) -> Any | None:
+    """`package.module@name`: the Task its task function makes; None for any other task."""
+    ref = split("inspect", task)
+    if ref.kind != MODULE:
+        return None
+    assert ref.module is not None and ref.name is not None
+    try:
+        module = importlib.import_module(ref.module)
+    except Exception as exc:
+        raise HarnessError(
+            f"inspect task module {ref.module!r} cannot be imported: {one_line(exc)}"
+        ) from None
+    fn = getattr(module, ref.name, None)
+    if not callable(fn):
+        raise HarnessError(f"inspect task module {ref.module!r} has no task function {ref.name!r}")
+    try:
+        return fn(**dict(args))
+    except Exception as exc:
+        raise HarnessError(f"inspect task {task!r}: {one_line(exc)}") from None
 
 
 def score_value(value: object) -> object:
@@ -133,8 +146,9 @@ class InspectHarness:
     def list_samples(self, task: str, args: Mapping[str, Any], options: Mapping[str, Any]) -> list[SampleId]:
         from inspect_ai._eval.loader import load_tasks
 
+        made = _module_task(task, args)
         try:
-            tasks = load_tasks([resolve_task(task)], dict(args))
+            tasks = [made] if made is not None else load_tasks([task], dict(args))
         except Exception as exc:
             raise HarnessError(f"inspect task {task!r}: {one_line(exc)}") from None
         if len(tasks) != 1:
@@ -164,13 +178,14 @@ class InspectHarness:
 
         outcome = Outcome(COMPLETED, ran=len(todo))
         if todo:
+            made = _module_task(job.task, job.args)
             _current.append(on_sample)
             try:
                 logs = inspect_eval(
-                    resolve_task(job.task),
+                    made if made is not None else job.task,
                     model=f"{PROVIDER}/{job.model}",
                     model_base_url=job.openai_base_url,
-                    task_args=dict(job.args),
+                    task_args={} if made is not None else dict(job.args),
                     sample_id=list(todo),
                     log_dir=job.log_dir,
                     display="none",

@@ -2,14 +2,20 @@
 
 - Tasks come from `TaskManager(include_path=..., include_defaults=False)`: only the folder the user
   names is indexed (the CLI spends about 13 s indexing every bundled task on each call). Options:
-  `include_path` (a folder of task YAML files; a relative path is looked up from the working
-  folder, then from the folder that holds `spoteval/`, so a task shipped in the agent bundle is
-  found on the node), `include_defaults` (true to also index lm-eval's bundled tasks), `chat`
+  `include_path` (a folder of task YAML files; the runner gives it absolute, from the task's
+  `FOLDER@TASK`: spoteval/harness/locate.py), `include_defaults` (true to also index lm-eval's
+  bundled tasks), `chat`
   (true: `local-chat-completions` with the chat template applied; default `local-completions`),
   `max_retries`, `timeout`, `num_concurrent`, `eos_string` (model arguments); any other option
   goes to `lm_eval.simple_evaluate()` (`num_fewshot`, `gen_kwargs`, `random_seed`, ...). The
   task's arguments go to its `metadata`.
-- Sample ids are lm-eval's document indices in the evaluation split (its `--samples`), integers.
+- Sample ids are lm-eval's document indices in the evaluation split (its `--samples`), integers,
+  in any order and with gaps. lm-eval numbers the documents of a `samples` run by their position
+  among the selected ones (`enumerate(x for i, x in enumerate(eval_docs) if i in samples)` in
+  `Task.doc_iterator`, 0.4.13) and maps them back for its log through the list it was given:
+  spot-eval gives that list in index order and maps each request's position back to its document
+  index, so a shard of documents 5-9 stores document 5 under `5` (and `[9, 2, 5]` stores each under
+  its own), and resume skips exactly the stored ones.
 - The model is `{openai_base_url}/completions` (or `/chat/completions`) with `model={model}` and
   `tokenizer_backend=None`, so no tokenizer is downloaded. Run with `HF_HUB_OFFLINE=1` and
   `HF_DATASETS_OFFLINE=1` (the runner sets both unless they are set).
@@ -40,7 +46,6 @@ from spoteval.harness.base import (
     Outcome,
     SampleRecord,
     Sink,
-    bundle_root,
     one_line,
 )
 from spoteval.harness.ids import SampleId, sample_key
@@ -56,14 +61,6 @@ class ModelCallError(Exception):
     """A model call failed (raised through lm-eval so the shard is a model failure)."""
 
 
-def resolve_include_path(path: str) -> str:
-    if os.path.isabs(path):
-        return path
-    if os.path.isdir(path):
-        return os.path.abspath(path)
-    return os.path.join(bundle_root(), path)
-
-
 def _task_manager(options: Mapping[str, Any]) -> Any:
     from lm_eval.tasks import TaskManager
 
@@ -72,9 +69,9 @@ def _task_manager(options: Mapping[str, Any]) -> Any:
     if include is None and not defaults:
         raise HarnessError("lm-eval needs the option include_path (a folder of task YAML files)")
     if include is not None:
-        if not isinstance(include, str) or not os.path.isdir(resolve_include_path(include)):
+        if not isinstance(include, str) or not os.path.isdir(include):
             raise HarnessError(f"lm-eval include_path {include!r} is not a folder")
-        include = resolve_include_path(include)
+        include = os.path.abspath(include)
     return TaskManager(include_path=include, include_defaults=defaults)
 
 
@@ -120,6 +117,8 @@ def _shard_lm(
     sink: Sink,
     clock: dict[str, float],
     times: dict[str, float],
+    *,
+    docs: Sequence[int],
 ) -> Any:
     """An LM that asks `inner` one document at a time and answers stored documents from the store."""
     from lm_eval.api.model import LM
@@ -140,7 +139,7 @@ def _shard_lm(
         def _run(self, method: str, requests: list[Any]) -> list[Any]:
             groups: dict[tuple[str, int], list[int]] = {}
             for i, req in enumerate(requests):
-                groups.setdefault((str(req.task_name), int(req.doc_id)), []).append(i)
+                groups.setdefault((str(req.task_name), docs[int(req.doc_id)]), []).append(i)
             out: list[Any] = [None] * len(requests)
             for (_task, doc_id), index in groups.items():
                 key = sample_key(doc_id)
@@ -217,11 +216,12 @@ class LmEvalHarness:
             return Outcome(HARNESS_ERROR, f"lm-eval model: {one_line(exc)}")
         clock: dict[str, float] = {}
         times: dict[str, float] = {}
+        docs = sorted({int(s) for s in job.samples})  # lm-eval's position -> the document's index
         try:
             results = lm_eval.simple_evaluate(
-                model=_shard_lm(inner, job.done, sink, clock, times),
+                model=_shard_lm(inner, job.done, sink, clock, times, docs=docs),
                 tasks=[task],
-                samples={job.task: list(job.samples)},
+                samples={job.task: docs},  # in index order: lm-eval's own log maps positions by it
                 log_samples=True,
                 apply_chat_template=chat,
                 **rest,
@@ -251,7 +251,8 @@ def _timed(outcome: Outcome, t0: float, clock: Mapping[str, float]) -> Outcome:
 
 
 def scored_samples(results: Mapping[str, Any], task: str) -> dict[int, SampleRecord]:
-    """doc index -> the result's record, from `simple_evaluate(log_samples=True)`'s samples."""
+    """doc index -> the result's record, from `simple_evaluate(log_samples=True)`'s samples (whose
+    `doc_id` lm-eval maps back to the index through the `samples` it was given, in index order)."""
     out: dict[int, SampleRecord] = {}
     for entry in results.get("samples", {}).get(task, []):
         doc = int(entry["doc_id"])

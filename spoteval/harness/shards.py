@@ -11,8 +11,8 @@ as the smallest size whose start-up is at most `overhead` (10 %) of the episode:
 then capped so that an episode holds at most `max_episode_s` of model work and the shards are at
 least `parallel` (the episodes run at once), and at most the number of samples. A preemption then
 loses one start-up and the sample in flight: finished samples are in the store (progress.py).
-`startup_s` and `sample_s` are measured by `python -m benchmarks.harness_bench`; both, or the size
-itself, can be given instead.
+`startup_s` and `sample_s` come from the harness benchmark or a run record (spoteval/harness/
+timing.py); both, or the size itself, can be given instead, and the plan states which it used.
 """
 
 from __future__ import annotations
@@ -20,27 +20,19 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from spoteval.harness.ids import SampleId, sample_keys
+from spoteval.harness.timing import Timing, benchmark_timing
 from spoteval.manifest import ManifestEntry
 
-
-@dataclass(frozen=True)
-class Timing:
-    startup_s: float
-    sample_s: float
-
-
-#: Start-up per shard and model time per sample (seconds), measured by `python -m benchmarks.harness_bench`
-#: against the stand-in model server on this project's 2-core test machine under a load average of
-#: 13-15 (2026-12-01): inspect 14.8 s and 0.44 s, lm-eval 55.7 s (its imports: datasets, pandas,
-#: scikit-learn) and 0.017 s. An idle machine starts inspect in about 5 s. A real model's time per
-#: sample is longer: give `sample_s` from a trial run (the shard size then shrinks).
-MEASURED: Final[Mapping[str, Timing]] = {"inspect": Timing(14.8, 0.44), "lm-eval": Timing(55.7, 0.017)}
+#: Start-up per shard and time per sample (seconds) of each harness, as the harness benchmark
+#: measured them (spoteval/harness/measured.json; rerun `python -m benchmarks.harness_bench --write`).
+#: A real model's time per sample is longer: give `sample_s` from a trial run, or plan from a run
+#: record (spoteval/harness/timing.py).
+MEASURED: Final[Mapping[str, Timing]] = {h: benchmark_timing(h) for h in ("inspect", "lm-eval")}
 DEFAULT_OVERHEAD: Final = 0.1
 DEFAULT_MAX_EPISODE_S: Final = 1800.0
 
@@ -75,7 +67,8 @@ class HarnessBlock:
     options: Mapping[str, Any] = field(default_factory=dict)
     samples: Sequence[SampleId] | None = None  # None: every sample of the task
     episode_size: int | None = None  # None: chosen from the timing
-    sample_s: float | None = None  # model time per sample, when known better than MEASURED
+    sample_s: float | None = None  # time per sample, when known better than the timing's
+    startup_s: float | None = None  # start-up per shard, when known better than the timing's
 
 
 def _slug(task: str) -> str:
@@ -105,8 +98,8 @@ def shard(block: HarnessBlock, samples: Sequence[SampleId], size: int) -> list[M
     ]
 
 
-def episode_command(block: HarnessBlock, python: str = "python3") -> list[str]:
-    """The episode command (the agent fills `{model_url}`, `{output}`, `{episode_id}`)."""
+def episode_command(block: HarnessBlock, python: str = "{python}") -> list[str]:
+    """The episode command (the agent fills `{python}`, `{model_url}`, `{output}`, `{episode_id}`)."""
     argv = [python, "-m", "spoteval.harness", "run", "--harness", block.harness, "--task", block.task]
     argv += ["--model", block.model, "--model-url", "{model_url}", "--output", "{output}"]
     argv += ["--episode", "{episode_id}"]
@@ -115,10 +108,6 @@ def episode_command(block: HarnessBlock, python: str = "python3") -> list[str]:
     if block.options:
         argv += ["--options", json.dumps(dict(block.options), sort_keys=True)]
     return argv
-
-
-def default_python() -> str:
-    return sys.executable or "python3"
 
 
 @dataclass(frozen=True)
@@ -133,17 +122,21 @@ class ShardPlan:
         n = sum(len(e.params["samples"]) for e in self.entries)
         source = (
             f"chosen from start-up {self.timing.startup_s:g} s per shard and {self.timing.sample_s:g} s "
-            f"per sample (start-up <= {DEFAULT_OVERHEAD:.0%} of a shard)"
+            f"per sample (start-up <= {DEFAULT_OVERHEAD:.0%} of a shard"
+            + (f"; figures: {self.timing.source})" if self.timing.source else ")")
             if self.chosen
-            else "as given (episode_size)"
+            else "as given (shard_size)"
         )
         return f"{n} samples in {len(self.entries)} shards of up to {self.size}, {source}"
 
 
-def plan(block: HarnessBlock, samples: Sequence[SampleId], *, parallel: int = 1) -> ShardPlan:
-    """Shards of the block's samples: the given `episode_size`, or one chosen from the timing."""
-    measured = MEASURED.get(block.harness, Timing(5.0, 1.0))
-    timing = Timing(measured.startup_s, block.sample_s if block.sample_s is not None else measured.sample_s)
+def plan(
+    block: HarnessBlock, samples: Sequence[SampleId], *, parallel: int = 1, timing: Timing | None = None
+) -> ShardPlan:
+    """Shards of the block's samples: the given `episode_size`, or one chosen from the timing (the
+    harness benchmark's unless a run record's is given), with the block's own figures over it."""
+    base = timing or MEASURED.get(block.harness) or benchmark_timing(block.harness)
+    timing = base.given(block.startup_s, block.sample_s)
     if block.episode_size is not None:
         size, chosen = block.episode_size, False
     else:

@@ -12,6 +12,7 @@ from spoteval.record import (
 )
 from spoteval.report.allocation import allocation_of
 from spoteval.report.analysis import RunReport, Stat, node_statuses
+from spoteval.report.failures import harness_failures
 from spoteval.report.pool import to_json as pool_json
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub_json
 from spoteval.scores import as_json as scores_json
@@ -138,6 +139,12 @@ def report_json(report: RunReport, *, shared: bool = False) -> dict[str, Any]:
         },
     }
     out["scores"] = scores_json(report.scores)
+    failures = harness_failures(report.record.results, report.episodes.manifest)
+    out["harness_errors"] = {
+        "count": failures.count,
+        "every_episode": failures.every_episode,
+        "first": [] if shared else [{"episode": e, "reason": r} for e, r in failures.first],
+    }
     out["pool"] = None if report.pool is None else pool_json(report.pool, alias if shared else None)
     if shared:
         out["problems"] = _shared_problems(report.problems)

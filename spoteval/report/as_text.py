@@ -11,6 +11,7 @@ from datetime import datetime
 from spoteval.events.match import Ledger
 from spoteval.report.analysis import RunReport, Stat, node_statuses
 from spoteval.report.as_json import _lost_cost, _shared_cost, _shared_placement, origin_of
+from spoteval.report.failures import harness_failures
 from spoteval.report.pool import render as render_pool
 from spoteval.report.redact import _aliases, _shared_problems, private_strings, scrub
 from spoteval.scores import as_text as scores_text
@@ -187,9 +188,14 @@ def render(report: RunReport, *, shared: bool = False, width: int | None = None)
         f"{ep.completed} completed, {ep.model_failures} final model failures, "
         f"{ep.pending if ep.pending is not None else '?'} pending"
     )
-    harness_errors = sum(1 for r in report.record.results.values() if r.outcome == "harness_error")
-    if harness_errors:
-        say(f"Harness errors: {harness_errors} episodes failed for reasons that are not the model's")
+    failures = harness_failures(report.record.results, ep.manifest)
+    if failures.count:
+        say(failures.line())
+        if failures.every_episode:
+            say("  every episode ended in a harness error: this run measured nothing of the model")
+        if not shared:
+            for episode, why in failures.first:
+                say(f"  {episode}: {why}")
     if report.scores:
         say(scores_text(report.scores).rstrip("\n"))
     say(

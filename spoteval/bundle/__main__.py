@@ -1,0 +1,3 @@
+from spoteval.bundle.unpack import main
+
+raise SystemExit(main())
