@@ -37,7 +37,7 @@ from spoteval.agent.rules import Stop, outage_backlog
 from spoteval.agent.uploader import ATTEMPT, Item, Uploader
 from spoteval.claims.takeover import LOST, OWN, WAIT
 from spoteval.manifest import ManifestEntry
-from spoteval.record import Attempt, utc_now
+from spoteval.record import Attempt, format_time, utc_now
 
 JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway
 UPLOAD_THREADS: Final = 16
@@ -268,6 +268,9 @@ class Attempts:
                 "dispatch": run.dispatch,
                 "seconds": seconds,
                 "returncode": run.returncode,
+                # between `started` and this, the process was being made (a snapshot of the
+                # node's processes may miss it); absent when it never ran
+                **({} if run.spawned is None else {"spawned": format_time(run.spawned)}),
             },
         )
         item = Item(ATTEMPT, attempt.to_json(), write_result=final, holder=run.extra.get("holder") or "")
