@@ -4,8 +4,9 @@ kill them all, and tell which episodes were in flight from their command lines.
 A signal takes effect when its target next runs, which on a loaded machine can be a while after
 `kill()` returns: a process signalled SIGSTOP may still finish a fork, and one signalled SIGKILL may
 still hold its sockets (a model server's port). So a freeze waits until each process it stopped is
-stopped (its state in /proc), before it looks for children, and a kill waits until each process it
-killed has exited (on systems without /proc, neither wait is possible, and neither is made).
+stopped (its state in /proc), before it looks for children; a kill signals every process while the
+node is frozen (a process let go before its kill could start a child that outlives it), and waits
+until each has exited (on systems without /proc, neither wait is possible, and neither is made).
 """
 
 from __future__ import annotations
@@ -150,19 +151,13 @@ def frozen(root: int, *, settle: bool = False) -> Iterator[list[Proc]]:
 
 
 def kill_node(root: int) -> None:
-    """The node is gone: freeze every process below `root`, then SIGKILL them and `root` itself;
-    it returns once each of them has exited (nothing of the node holds a port or a file then)."""
-    killed: list[int] = []
-    for _ in range(20):
-        with frozen(root) as procs:
-            pids = [p.pid for p in procs]
-            _signal_all(pids, signal.SIGKILL)
-            killed.extend(pids)
-        if not descendants(root):
-            break
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(root, signal.SIGKILL)
-    _await_state([*killed, root], EXITED)
+    """The node is gone: freeze `root` and every process below it, SIGKILL them all while they are
+    stopped (none can fork again: a stopped process that is killed never runs its own code again),
+    and return once each of them has exited (nothing of the node holds a port or a file then)."""
+    with frozen(root) as procs:
+        pids = [root, *(p.pid for p in procs)]
+        _signal_all(pids, signal.SIGKILL)
+    _await_state(pids, EXITED)
 
 
 def episodes_in(procs: Sequence[Proc], ids: frozenset[str]) -> set[str]:
