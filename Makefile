@@ -51,6 +51,7 @@ test-loaded: $(VENV)/.dev $(TOOLS)/.azurite
 
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks.placement_cli
+	$(PY) -m benchmarks.cant_be_late
 	$(PY) -m benchmarks.agent_bench
 	$(PY) -m benchmarks.claims_bench
 	$(PY) -m benchmarks.pool_bench

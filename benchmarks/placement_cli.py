@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  wall time   median {median:.3f} s   min {min(times):.3f} s   max {max(times):.3f} s")
     print(f"  target      <= {TARGET_SECONDS:.1f} s: {'met' if median <= TARGET_SECONDS else 'NOT met'}")
     print(
-        f"  simulation alone (built-in example, 2000 runs, 4 strategies): "
+        f"  simulation alone (built-in example, 2000 runs, 5 strategies): "
         f"median {statistics.median(sim) * 1000:.1f} ms   min {min(sim) * 1000:.1f} ms   "
         f"max {max(sim) * 1000:.1f} ms"
     )

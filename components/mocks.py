@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 
 from components.base import CLOCK, PROJECT_DIR, STACK_FILE
 from components.settings import NAMESPACE, SettingsError
+from spoteval.config_reader import DocumentError, describe, read_mapping
 
 STACKS_DIR: Final = PROJECT_DIR / "stacks"
 PROGRAM: Final = PROJECT_DIR / "__main__.py"
@@ -228,17 +228,21 @@ def stack_name(path: Path) -> str:
 
 
 def read_stack_config(path: Path) -> dict[str, Any]:
-    """The `config:` block of a stack file, keys as written (`spot-eval:node`, `aws:region`, ...)."""
+    """The `config:` block of a stack file, keys as written (`spot-eval:node`, `aws:region`, ...).
+    A file that cannot be read, is empty or is not YAML names the file (and the line)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise RenderError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise RenderError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
-    config = data.get("config") if isinstance(data, dict) else None
+        data = read_mapping(path)
+    except DocumentError as exc:
+        raise RenderError(describe(exc, "stack file")) from None
+    config = data.get("config")
     if not isinstance(config, dict):
         raise RenderError(f"{path}: has no `config:` mapping")
     return config
+
+
+def engine_id(resource: Declared) -> str:
+    """The id the mock engine gave `resource` (what other resources' inputs name it by)."""
+    return _fake_id(resource.type, resource.name)
 
 
 def engine_config(config: Mapping[str, Any]) -> dict[str, str]:

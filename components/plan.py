@@ -9,7 +9,19 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from components.mocks import Declared, Rendered
+from components.mocks import Declared, Rendered, engine_id
+
+#: the types of a weights-cache disk (a hold), which a node attaches by naming its id
+DISK_TYPES: Final = frozenset(
+    {
+        "aws:ebs/volume:Volume",
+        "gcp:compute/disk:Disk",
+        "azure-native:compute:Disk",
+        "nebius:index/computeV1Disk:ComputeV1Disk",
+        "kubernetes:core/v1:PersistentVolumeClaim",
+        "pulumi-python:dynamic:Resource",
+    }
+)
 
 #: type token -> input properties (engine names, dotted paths) worth a reviewer's eye
 KEY_PROPERTIES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -133,6 +145,37 @@ KEY_PROPERTIES: Final[Mapping[str, tuple[str, ...]]] = {
         "spec.template.spec.terminationGracePeriodSeconds",
     ),
     "kubernetes:core/v1:Service": ("spec.type", "spec.ports"),
+    "nebius:index/computeV1Instance:ComputeV1Instance": (
+        "resources.platform",
+        "resources.preset",
+        "preemptible",
+        "recoveryPolicy",
+        "stopped",
+        "networkInterfaces.0.publicIpAddress",
+        "bootDisk.existingDisk.id",
+        "secondaryDisks",
+        "serviceAccountId",
+    ),
+    "nebius:index/computeV1Disk:ComputeV1Disk": ("type", "sizeGibibytes", "sourceImageFamily.imageFamily"),
+    "nebius:index/storageV1Bucket:StorageV1Bucket": ("versioningPolicy", "bucketPolicy.rules"),
+    "nebius:index/iamV1ServiceAccount:IamV1ServiceAccount": ("name",),
+    "nebius:index/iamV2AccessKey:IamV2AccessKey": ("secretDeliveryMode",),
+    "nebius:index/iamV1AccessPermit:IamV1AccessPermit": ("role",),
+    # the Runpod pod and network volume are dynamic resources (components/runpod_provider.py)
+    "pulumi-python:dynamic:Resource": (
+        "gpu_type",
+        "gpu_count",
+        "cloud_type",
+        "data_center",
+        "max_price_per_gpu",
+        "image",
+        "container_disk_gb",
+        "network_volume_id",
+        "volume_mount_path",
+        "ports",
+        "stopped",
+        "size_gb",
+    ),
     "kubernetes:batch/v1:Job": (
         "spec.completionMode",
         "spec.parallelism",
@@ -190,6 +233,46 @@ def properties(resource: Declared) -> dict[str, Any]:
         if isinstance(data, str):
             found["osProfile.customData"] = f"<base64: {len(data)} characters>"
     return found
+
+
+def _held_disks(rendered: Rendered) -> list[Declared]:
+    """The weights-cache disks the stack holds (protected; a dynamic resource: one with a size)."""
+    return [
+        r
+        for r in rendered.resources
+        if r.type in DISK_TYPES
+        and r.protect
+        and ("weights" in r.name or "cache" in r.name)
+        and (r.type != "pulumi-python:dynamic:Resource" or "size_gb" in r.inputs)
+    ]
+
+
+def unattached(rendered: Rendered) -> list[Declared]:
+    """Held weights-cache disks that no other declared resource names (attaches, mounts)."""
+    text = {r.urn: json.dumps(r.inputs, default=str) for r in rendered.resources}
+    out = []
+    for disk in _held_disks(rendered):
+        ids = (engine_id(disk), disk.name)
+        users = [r for r in rendered.resources if r.urn != disk.urn and any(i in text[r.urn] for i in ids)]
+        if not users:
+            out.append(disk)
+    return out
+
+
+def notes(rendered: Rendered, node_count: int | None = None) -> list[str]:
+    """What a reviewer would otherwise wonder about: a held weights-cache disk attached to nothing
+    (a pool's nodes cache weights on their own disks; with no node there is nothing to attach it to)."""
+    if node_count is not None and node_count > 1:
+        why = f"a pool (node.count {node_count}): its nodes cache the weights on their own disks"
+    elif node_count == 0:
+        why = "node.count is 0: there is no node to attach it to"
+    else:
+        why = "no declared resource attaches it"
+    return [
+        f"{disk.name}: the weights cache is kept (a hold) and attached to no node: {why}; "
+        "with node.count 1 the node gets it again"
+        for disk in unattached(rendered)
+    ]
 
 
 def as_json(rendered: Rendered) -> dict[str, Any]:

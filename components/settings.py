@@ -40,10 +40,19 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast, runtime_c
 
 from components.eval_settings import EVAL_KEYS, EvalProject, HarnessEval, parse_harness, parse_project
 from components.registry import provider_module
+
+# re-exported: every provider module and the tests import them from here
+from components.setting_errors import SettingsError as SettingsError  # noqa: PLC0414
+from components.setting_errors import SettingsReader as SettingsReader  # noqa: PLC0414
+from components.setting_errors import reader as reader  # noqa: PLC0414
+from components.stop_settings import ON_DONE as ON_DONE  # noqa: PLC0414
+from components.stop_settings import STOP_KEYS, parse_stop
+from components.stop_settings import StopSettings as StopSettings  # noqa: PLC0414
 from components.workflows import node_refusal
-from spoteval.config_reader import Reader
+from components.workload_settings import parse_workload_block
 from spoteval.grant import Grant, GrantError
 from spoteval.providers import BY_KEY, KEYS
+from spoteval.stack import market_refusal
 
 if TYPE_CHECKING:
     from spoteval.placement import Workload
@@ -86,38 +95,15 @@ NODE_KEYS: Final = frozenset(
     }
 )
 SERVER_KEYS: Final = frozenset({"command", "model", "port", "health_path", "ready_timeout_s", "image"})
-STOP_KEYS: Final = frozenset({"max_runtime_hours", "idle_minutes", "on_done", "notify_emails"})
 
-#: api_stop: the agent stops the node through the provider's API (Runpod)
-ON_DONE: Final = ("exit", "poweroff", "api_stop")
 ADDRESS_KINDS: Final = ("ephemeral", "static")
 #: providers whose spot capacity takes a price bid that the stack declares (AWS max price, Azure
 #: billing profile); bids are in USD.
 BIDDING_PROVIDERS: Final = frozenset(p.key for p in BY_KEY.values() if p.takes_bid)
 
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 #: a bucket URL a provider block may name (Kubernetes, Runpod)
 BUCKET_URL: Final = re.compile(r"^(s3|gs|az)://[a-z0-9][a-z0-9.\-_]{1,62}(/[^\s]*)?$")
-
-
-class SettingsError(ValueError):
-    """A stack setting that is missing, malformed or outside the grant. `key` names it."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
-
-
-class SettingsReader(Reader):
-    """The config reader with the settings' wording; errors are `SettingsError`."""
-
-    MISSING = "is required"
-
-
-def reader(raw: object, where: str, known: frozenset[str] | None = None) -> SettingsReader:
-    """A block of the stack config at `where`, refusing keys outside `known`."""
-    return SettingsReader(raw, where, error=SettingsError, known=known)
 
 
 def cidr(value: str, key: str) -> str:
@@ -213,22 +199,6 @@ class EvalSettings:
     project: EvalProject = field(default_factory=EvalProject)  # the eval project (eval_settings.py)
 
 
-@dataclass(frozen=True)
-class StopSettings:
-    max_runtime_hours: float | None
-    idle_minutes: float | None
-    on_done: str  # exit | poweroff
-    notify_emails: tuple[str, ...]
-
-    @property
-    def max_runtime_s(self) -> int | None:
-        return None if self.max_runtime_hours is None else round(self.max_runtime_hours * 3600)
-
-    @property
-    def idle_s(self) -> int | None:
-        return None if self.idle_minutes is None else round(self.idle_minutes * 60)
-
-
 B = TypeVar("B")
 
 
@@ -321,8 +291,9 @@ def _node(block: SettingsReader, provider: str, rules: CommonKeyRules, grant: Gr
     except GrantError as exc:
         raise _grant_error(exc) from None
     market = block.choice("market", MARKETS, "spot" if "spot" in facts.markets else facts.markets[0])
-    if market not in facts.markets:
-        raise SettingsError("node.market", facts.market_refusal(market))
+    refusal = market_refusal(provider, market)
+    if refusal is not None:
+        raise SettingsError("node.market", refusal)
     count = block.integer("count", 1, minimum=0)
     image = block.string("image")
     problem = rules.image(image) if rules.image is not None else None
@@ -406,91 +377,6 @@ def _eval(block: SettingsReader) -> EvalSettings:
     )
 
 
-def _default_on_done(provider: str) -> str:
-    """api_stop where the API stops the node, exit where powering off would not, else poweroff."""
-    facts = BY_KEY[provider]
-    if facts.api_stop:
-        return "api_stop"
-    if facts.os_poweroff is not None or facts.os_poweroff_billed is not None:
-        return "exit"
-    return "poweroff"
-
-
-def _stop(block: SettingsReader, provider: str, rules: CommonKeyRules, grant: Grant) -> StopSettings:
-    facts = BY_KEY[provider]
-    max_runtime = block.opt_number("max_runtime_hours", positive=True)
-    if max_runtime is None:
-        max_runtime = grant.max_runtime_hours
-    elif grant.max_runtime_hours is not None and max_runtime > grant.max_runtime_hours:
-        raise SettingsError(
-            "stop.max_runtime_hours",
-            f"{max_runtime} is above the grant's max_runtime_hours {grant.max_runtime_hours}",
-        )
-    idle = block.opt_number("idle_minutes", positive=True)
-    if idle is None:
-        idle = grant.idle_minutes
-    elif grant.idle_minutes is not None and idle > grant.idle_minutes:
-        raise SettingsError(
-            "stop.idle_minutes", f"{idle} is above the grant's idle_minutes {grant.idle_minutes}"
-        )
-    on_done = block.choice("on_done", ON_DONE, _default_on_done(provider))
-    if (on_done == "api_stop") != facts.api_stop and on_done != "exit":
-        raise SettingsError(
-            "stop.on_done",
-            f"{on_done} does not stop a {provider} node; use "
-            + ("api_stop (through the provider's API) or exit" if facts.api_stop else "poweroff or exit"),
-        )
-    if on_done == "poweroff" and facts.os_poweroff_billed is not None:
-        raise SettingsError(
-            "stop.on_done", f"{facts.os_poweroff_billed}; use exit (and deallocate from outside)"
-        )
-    if on_done == "poweroff" and facts.os_poweroff is not None:
-        # the first clause of the reason ("a pod cannot power off its node")
-        raise SettingsError("stop.on_done", f"{facts.os_poweroff.split(';')[0]}; use exit")
-    emails = block.strings("notify_emails")
-    for email in emails:
-        if not _EMAIL.match(email):
-            raise SettingsError("stop.notify_emails", f"{email!r} is not an email address")
-    if grant.budget is not None and rules.budget_alerts and not emails:
-        raise SettingsError(
-            "stop.notify_emails",
-            f"is required on {provider} when the grant has a budget (the budget alert's recipients)",
-        )
-    return StopSettings(
-        max_runtime_hours=max_runtime, idle_minutes=idle, on_done=on_done, notify_emails=emails
-    )
-
-
-def _workload(raw: Mapping[str, Any], node: NodeSettings, ev: EvalSettings, grant: Grant) -> Workload:
-    """Validate the placement's block with the placement's own parser, then what ties it to this stack."""
-    from spoteval.placement import PlacementError, parse_workload
-
-    try:
-        workload = parse_workload(raw, where="workload")
-    except PlacementError as exc:
-        raise SettingsError(exc.key, exc.problem) from None
-    per_gpu = workload.concurrency_per == "gpu"
-    if workload.concurrency * (node.gpu_count if per_gpu else 1) != ev.concurrency:
-        per = f" per GPU x {node.gpu_count} GPUs" if per_gpu else ""
-        raise SettingsError(
-            "workload.concurrency",
-            f"{workload.concurrency}{per} differs from eval.concurrency {ev.concurrency}: "
-            "the placement would describe another run",
-        )
-    for key in ("price_cap", "budget"):
-        mine, theirs = getattr(grant, key), getattr(workload.grant, key)
-        if theirs is not None and mine is not None and theirs > mine:
-            raise SettingsError(f"workload.grant.{key}", f"{theirs} is above the stack grant's {key} {mine}")
-    price = workload.prices.of(node.market)
-    if grant.price_cap is not None and price is not None and price > grant.price_cap:
-        raise SettingsError(
-            f"workload.prices.{node.market}",
-            f"{price} per node-hour on the {node.market} market (node.market) is above the grant's "
-            f"price_cap {grant.price_cap}",
-        )
-    return workload
-
-
 # --- entry points --------------------------------------------------------------------------------
 
 
@@ -544,7 +430,7 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
         raise SettingsError("node.count", f"{provider} stacks declare one node (0 or 1), got {node.count}")
     server = _server(reader(raw["server"], "server", SERVER_KEYS), provider, rules)
     ev = _eval(reader(raw["eval"], "eval", EVAL_KEYS))
-    stop = _stop(reader(raw.get("stop") or {}, "stop", STOP_KEYS), provider, rules, grant)
+    stop = parse_stop(reader(raw.get("stop") or {}, "stop", STOP_KEYS), provider, rules.budget_alerts, grant)
 
     block: object = None
     for name in PROVIDERS:
@@ -555,7 +441,18 @@ def parse(raw: Mapping[str, Any], stack: str = "stack") -> Settings:
         block = module.parse_settings(reader(raw.get(name) or {}, name))
 
     workload_raw = raw.get("workload") or None
-    workload = _workload(workload_raw, node, ev, grant) if workload_raw is not None else None
+    workload = (
+        parse_workload_block(
+            workload_raw,
+            provider=provider,
+            market=node.market,
+            gpu_count=node.gpu_count,
+            concurrency=ev.concurrency,
+            grant=grant,
+        )
+        if workload_raw is not None
+        else None
+    )
 
     return Settings(
         stack=stack,

@@ -22,30 +22,20 @@ measurement failed or the grant refused a start, 2 bad input, 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Sequence
 
 from rich.console import Console
 
-from spoteval.cli import OneLineParser
+from spoteval.cli import OneLineParser, add_deployed_stack_options, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.grant import GrantError
 from spoteval.measure import PROG, MeasureError, Options, run
+from spoteval.measure.command import refuse_out_of_context
 from spoteval.record import RecordError
 from spoteval.store import StoreError
 
 # --- entry point --------------------------------------------------------------------------------
-
-
-def _positive(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be > 0")
-    return number
 
 
 def _cycles(value: str) -> int:
@@ -57,46 +47,124 @@ def _cycles(value: str) -> int:
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m scripts.measure_restart",
-        description="Measure the restart cost S on a deployed stack with forced stop/start cycles.",
+        description="Measure the restart cost S on a deployed stack with forced stop/start cycles. Without "
+        "--yes it prints the plan (state and price now, the most it can cost) and changes nothing.",
+        epilog="Exit codes: 0 measured (or the plan shown), 1 the measurement failed or the grant refused "
+        "a start, 2 bad input (one line), 130 interrupted.",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--stack", metavar="NAME", help="read `pulumi stack output --json` and the stack's grant"
+    add_deployed_stack_options(p)
+    p.add_argument(
+        "--node", metavar="ID", help="which of the stack's node_ids to measure (default: the first)"
     )
-    src.add_argument("--outputs", metavar="FILE.json", help="the stack's outputs, as pulumi prints them")
-    p.add_argument("--grant", metavar="FILE", help="a grant (YAML or JSON); overrides the stack's")
-    p.add_argument("--stacks-dir", default="stacks", help="where Pulumi.NAME.yaml is (default: stacks)")
-    p.add_argument("--node", help="which of the stack's node_ids (default: the first)")
-    p.add_argument("--cycles", type=_cycles, default=3)
-    p.add_argument("--mode", choices=("stop-start", "preempt"), default="stop-start")
-    p.add_argument("--health-url", help="the model server's base URL (default: http://ADDRESS:server_port)")
-    p.add_argument("--yes", action="store_true", help="really stop and start the node (else: show the plan)")
-    p.add_argument("--leave", choices=("stopped", "running"), default="stopped")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="stacked bars of the phases per cycle")
-    p.add_argument("--wait-ready", action="store_true", help="also wait for the agent's ready event")
+    p.add_argument(
+        "--cycles",
+        type=_cycles,
+        default=3,
+        metavar="N",
+        help="how many restarts to measure: each cycle stops the node, reads the price, checks the grant, "
+        "starts it and waits for the model server (default: %(default)s)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("stop-start", "preempt"),
+        default="stop-start",
+        help="stop-start: the node is stopped and started through the provider's API; preempt: the "
+        "provider takes it as in a preemption (AWS FIS with --fis-template, Azure simulateEviction, "
+        "Kubernetes pod eviction; GCP, Nebius and Runpod: a stop) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--health-url",
+        metavar="URL",
+        help="the model server's base URL (default: http://ADDRESS:server_port, the address read after "
+        "each start)",
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="really stop and start the node (without it: the plan only)"
+    )
+    p.add_argument(
+        "--leave",
+        choices=("stopped", "running"),
+        default="stopped",
+        help="the node's state when the measurement ends or fails: stopped keeps the GPU from billing; "
+        "running starts it again after the same grant checks (default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the plan or the result as one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="with --yes: stacked bars of the phases per cycle")
+    p.add_argument(
+        "--wait-ready",
+        action="store_true",
+        help="also wait for the node agent's `ready` event in the run record (phase agent_ready)",
+    )
     p.add_argument(
         "--price",
-        type=_positive,
+        type=positive_number,
         metavar="PER_HOUR",
-        help="the price when no API gives one (default: the stack's workload.prices for its market)",
+        help="the price per hour where no API gives one (default: the stack's workload.prices for its "
+        "market)",
     )
-    p.add_argument("--fis-template", metavar="ID", help="AWS FIS experiment template for --mode preempt")
-    p.add_argument("--gcp-project", help="GCP project of the instance (default: the stack's gcp.project)")
-    p.add_argument("--azure-subscription", help="Azure subscription (default: AZURE_SUBSCRIPTION_ID)")
-    p.add_argument("--azure-resource-group", help="default: the stack's azure.resource_group")
-    p.add_argument("--k8s-namespace", help="default: the stack's k8s.namespace, else spot-eval")
-    p.add_argument("--k8s-deployment", help="the model server's Deployment (default: RUN_ID-server)")
-    p.add_argument("--poll", type=_positive, default=5.0, metavar="S", help="seconds between state reads")
-    p.add_argument("--stop-timeout", type=_positive, default=900.0, metavar="S")
-    p.add_argument("--start-timeout", type=_positive, default=1800.0, metavar="S")
-    p.add_argument("--serve-timeout", type=_positive, default=1800.0, metavar="S")
-    p.add_argument("--ready-timeout", type=_positive, default=900.0, metavar="S")
+    p.add_argument(
+        "--fis-template",
+        metavar="ID",
+        help="with --mode preempt on AWS: the FIS experiment template "
+        "(aws:ec2:send-spot-instance-interruptions)",
+    )
+    _where_options(p)
+    _timing_options(p)
     return p
 
 
+def _where_options(p: argparse.ArgumentParser) -> None:
+    """Where the node's name alone does not find it."""
+    p.add_argument("--gcp-project", help="GCP project of the instance (default: the stack's gcp.project)")
+    p.add_argument("--azure-subscription", help="Azure subscription (default: AZURE_SUBSCRIPTION_ID)")
+    p.add_argument(
+        "--azure-resource-group", help="the VM's resource group (default: the stack's azure.resource_group)"
+    )
+    p.add_argument(
+        "--k8s-namespace", help="the model server's namespace (default: the stack's k8s.namespace)"
+    )
+    p.add_argument("--k8s-deployment", help="the model server's Deployment (default: RUN_ID-server)")
+
+
+def _timing_options(p: argparse.ArgumentParser) -> None:
+    """How often the state is read and how long each phase may take."""
+    p.add_argument(
+        "--poll",
+        type=positive_number,
+        default=5.0,
+        metavar="S",
+        help="seconds between state reads (default: %(default)g)",
+    )
+    for name, default, what in (
+        ("stop", 900.0, "the provider to report the node stopped"),
+        ("start", 1800.0, "the provider to report the node running (the capacity wait)"),
+        ("serve", 1800.0, "the model server to answer after a start"),
+    ):
+        p.add_argument(
+            f"--{name}-timeout",
+            type=positive_number,
+            default=default,
+            metavar="S",
+            help=f"seconds to wait for {what}; past it the cycle fails (default: %(default)g)",
+        )
+    p.add_argument(
+        "--ready-timeout",
+        type=positive_number,
+        metavar="S",
+        help="with --wait-ready: seconds to wait for the agent's ready event (default: 900)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    options = Options(**vars(parser().parse_args(argv)))
+    args = parser().parse_args(argv)
+    try:
+        refuse_out_of_context(args)
+    except MeasureError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    if args.ready_timeout is None:
+        args.ready_timeout = 900.0
+    options = Options(**vars(args))
     out = Console(highlight=False)
     if not out.is_terminal:
         out = Console(highlight=False, width=140)  # a file or a pipe: no terminal width to fit

@@ -6,53 +6,50 @@
 
 Without `--once` it checks every node every `--interval` seconds until each is done or stopped for
 good (one progress line per node and check); with `--once` it checks once (for cron or a scheduler).
-Either way it first takes the run's operator lease (spoteval/operate/lease.py): while another
-operator holds it, this one only reads and says so in one line (`--once`: then exits; without: it
-waits and takes over when the other lets go or falls silent for the lease's ttl); a finished run
-exits at once. `status` answers from the stack's outputs, each node's provider state, the run record
-and the lease, and starts nothing. Exit codes: 0 checked (or answered, or only read), 1 stopped
-because the grant refuses a start that only a wider grant allows (budget, max runtime, region,
-instance type), 2 bad input (a stack without outputs, credentials that cannot read a node: nothing
-is started, nothing written), 130 interrupted.
+Either way it first takes the run's operator lease (spoteval/operate/lease.py): while another operator
+holds it, this one only reads and says so in one line (`--once`: then exits; without: it waits and
+takes over when the other lets go or falls silent for the lease's ttl); a finished run exits at once.
+With a deadline in the stack's workload it also says when the spot policy's rule asks to flip the
+stack (spoteval/operate/deadline.py). `status` answers from the outputs, each node's provider state,
+the record, the lease and that rule, and starts nothing. Exit codes: 0 checked (or answered, or only
+read), 1 stopped because the grant refuses a start only a wider grant allows (budget, max runtime,
+region, instance type), 2 bad input (a stack without outputs, credentials that cannot read a node:
+nothing started or written), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from spoteval.cli import OneLineParser
+from spoteval.cli import OneLineParser, add_deployed_stack_options, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.config_reader import DocumentError
 from spoteval.grant import GrantError
 from spoteval.operate import Operator, Timing
-from spoteval.operate.inputs import Inputs, OperateError, load_inputs, open_planes, plane_config
-from spoteval.operate.lease import DEFAULT_TTL_S, FINISHED, HELD, MIN_TTL_S, OperatorLease, Standing
+from spoteval.operate.inputs import (
+    Inputs,
+    OperateError,
+    load_inputs,
+    open_planes,
+    plane_config,
+    refuse_out_of_context,
+)
+from spoteval.operate.lease import DEFAULT_TTL_S, FINISHED, HELD, MIN_TTL_S, OperatorLease
 from spoteval.operate.loop import blocked
+from spoteval.operate.status import status_text
 from spoteval.record import RecordError
 from spoteval.store import Store, StoreError
 
 PROG: Final = "operate"
 
 
-def _positive(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be > 0")
-    return number
-
-
 def _ttl(value: str) -> float:
-    number = _positive(value)
+    number = positive_number(value)
     if number < MIN_TTL_S:
         raise argparse.ArgumentTypeError(f"{value!r} must be at least {MIN_TTL_S:g}")
     return number
@@ -61,34 +58,49 @@ def _ttl(value: str) -> float:
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m scripts.operate",
-        description="Restart preempted nodes within the grant; stop them when the run is done.",
+        description="Restart preempted nodes within the grant; stop them when the run is done. `status` "
+        "says what each node is doing and starts nothing.",
+        epilog="Exit codes: 0 checked (or answered), 1 the grant refuses a start only a wider grant allows, "
+        "2 bad input (one line, nothing started), 130 interrupted.",
     )
-    p.add_argument("command", nargs="?", choices=("run", "status"), default="run")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--stack", metavar="NAME", help="read `pulumi stack output --json` and the stack's grant"
-    )
-    src.add_argument("--outputs", metavar="FILE.json", help="the stack's outputs, as pulumi prints them")
-    p.add_argument("--grant", metavar="FILE", help="a grant (YAML or JSON); overrides the stack's")
-    p.add_argument("--stacks-dir", default="stacks", help="where Pulumi.NAME.yaml is (default: stacks)")
-    p.add_argument("--once", action="store_true", help="check every node once, then exit (cron)")
-    p.add_argument("--interval", type=_positive, default=60.0, metavar="S", help="seconds between checks")
     p.add_argument(
-        "--backoff", type=_positive, default=60.0, metavar="S", help="first wait after no capacity"
+        "command",
+        nargs="?",
+        choices=("run", "status"),
+        default="run",
+        help="run: check and act until the run is done (or once, with --once); status: what each node is "
+        "doing, nothing started (default: %(default)s)",
     )
-    p.add_argument("--backoff-max", type=_positive, default=900.0, metavar="S", help="longest capacity wait")
-    p.add_argument("--price", type=_positive, metavar="PER_HOUR", help="the price where no API gives one")
-    p.add_argument("--poll", type=_positive, default=5.0, metavar="S", help="seconds between state reads")
-    p.add_argument("--start-timeout", type=_positive, default=1800.0, metavar="S")
-    p.add_argument("--stop-timeout", type=_positive, default=900.0, metavar="S")
+    add_deployed_stack_options(p)
+    p.add_argument(
+        "--once", action="store_true", help="check every node once, then exit (cron, a scheduler, CI)"
+    )
+    for flag, default, what in (
+        ("--interval", 60.0, "seconds between checks"),
+        ("--backoff", 60.0, "the first wait after the provider had no capacity; it doubles on each refusal"),
+        ("--backoff-max", 900.0, "the longest wait between tries for capacity"),
+        ("--poll", 5.0, "seconds between state reads while a node starts or stops"),
+        ("--start-timeout", 1800.0, "seconds a start may take before it is a failed start"),
+        ("--stop-timeout", 900.0, "seconds a stop may take before it is a failed stop"),
+    ):
+        p.add_argument(
+            flag, type=positive_number, default=default, metavar="S", help=f"{what} (default: %(default)g)"
+        )
+    p.add_argument(
+        "--price",
+        type=positive_number,
+        metavar="PER_HOUR",
+        help="the price per hour where no API gives one (default: the stack's workload.prices for its "
+        "market)",
+    )
     p.add_argument(
         "--lease-ttl",
         type=_ttl,
         default=DEFAULT_TTL_S,
         metavar="S",
-        help="the operator lease expires this long after its holder's last renewal (default 120)",
+        help="the operator lease expires this long after its holder's last renewal (default: %(default)g)",
     )
-    p.add_argument("--json", action="store_true", help="print the statuses as JSON")
+    p.add_argument("--json", action="store_true", help="with status: print the statuses as one JSON object")
     return p
 
 
@@ -96,26 +108,13 @@ def _stamp() -> str:
     return datetime.now().astimezone().strftime("%H:%M:%S")
 
 
-def _status(inputs: Inputs, operator: Operator, standing: Standing, as_json: bool) -> int:
-    statuses = operator.status()
-    if as_json:
-        doc = {
-            "run_id": inputs.outputs.run_id,
-            "nodes": [s.to_json() for s in statuses],
-            "operator": standing.to_json(),
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    for s in statuses:
-        state = f"{s.state.status} ({s.state.raw})" if s.state else "unknown"
-        print(f"{s.node}: {s.label}; provider: {state}; {s.detail}")
-    print(f"operator: {standing.summary()}")
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
+    refuse_out_of_context(args)
     inputs = load_inputs(
-        stack=args.stack, outputs_file=args.outputs, stacks_dir=Path(args.stacks_dir), grant_file=args.grant
+        stack=args.stack,
+        outputs_file=args.outputs,
+        stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+        grant_file=args.grant,
     )
     store = Store(inputs.outputs.bucket_url)
     lease = OperatorLease(store, inputs.outputs.run_id, ttl_s=args.lease_ttl)
@@ -139,9 +138,13 @@ def run(args: argparse.Namespace) -> int:
         start_timeout_s=args.start_timeout,
         say=lambda line: print(f"[{_stamp()}] {line}", flush=True),
         lease=lease,
+        watch=inputs.watch,
     )
     if args.command == "status":
-        return _status(inputs, operator, standing, args.json)
+        statuses = operator.status()
+        deadline = operator.deadline_report(statuses)
+        print(status_text(inputs.outputs.run_id, statuses, standing, as_json=args.json, deadline=deadline))
+        return 0
     try:
         return _operate(args, inputs, operator, lease)
     finally:

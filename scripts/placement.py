@@ -1,19 +1,18 @@
 """Where to run an evaluation: spot, on-demand, or a non-preemptible box, and why.
 
     python -m scripts.placement [WORKLOAD.yaml] [--stack NAME] [--stacks-dir DIR] [--json]
-                                [--plot FILE.png] [--trace FILE] [--runs N] [--seed S]
+                                [--plot FILE.png] [--trace FILE] [--trace-values HOW]
+                                [--replay {ordered,draw}] [--runs N] [--seed S]
                                 [--waits {fixed,exponential,trace}]
     python -m scripts.placement --offers --stack NAME [--stack NAME ...] [...]   (spoteval.offers.command)
 
 The workload comes from a YAML file, from the `spot-eval:workload` block of
-`stacks/Pulumi.NAME.yaml` (`--stack NAME`), or, with neither, from the built-in example. The
-closed form of `spoteval.placement` gives each option's expected cost, wall time and efficiency; a
-Monte-Carlo of the same workload (`spoteval.placement.simulate`, 2000 runs by default) gives spot's
-probability of meeting the deadline and the cost spread of every strategy. `--trace` replays the
-lifetimes and capacity waits of a spot trace in the simulation and estimates tau from it.
+`stacks/Pulumi.NAME.yaml` (`--stack NAME`), or, with neither, from the built-in example; the
+decision is `spoteval.placement.decide` (closed form, simulation, the spot policy under a deadline).
 
 Exit codes: 0 a decision was made, 3 the decision is `none` (no option is eligible), 2 bad input
-(one line on stderr: `error: <key or file>: <problem>`).
+(one line on stderr: `error: <key or file>: <problem>`); with `--offers` also 4: no offer could be
+priced (spoteval.offers.command).
 
 Extension point: `INPUT_HOOKS` refine the raw workload before it is parsed (for example, numbers
 measured in a run record replacing the configured ones); each hook adds its own options.
@@ -22,14 +21,13 @@ measured in a run record replacing the configured ones); each hook adds its own 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from spoteval import placement, report
+from spoteval import placement
 from spoteval.offers import command as offers
 from spoteval.placement import (
     DEFAULT_RUNS,
@@ -38,13 +36,10 @@ from spoteval.placement import (
     WAIT_MODELS,
     LoadedWorkload,
     PlacementError,
-    parse_workload,
 )
+from spoteval.placement.from_run import FromRun as FromRun  # noqa: PLC0414 (INPUT_HOOKS, tests)
 from spoteval.placement.render import plot, render_report
-from spoteval.store import Store, StoreError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_STACKS_DIR = REPO_ROOT / "stacks"
 EXIT_OK, EXIT_BAD_INPUT, EXIT_NONE = 0, 2, 3
 
 
@@ -53,33 +48,7 @@ class InputHook(Protocol):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 
-    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload) -> LoadedWorkload: ...
-
-
-class FromRun:
-    """`--from-run ID --store URL`: the numbers a run record measured (spoteval.report.workload_from_run)
-    replace the loaded workload's; it keeps what a record cannot know (prices, deadline, grant)."""
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("numbers measured in a run record")
-        group.add_argument("--from-run", metavar="RUN_ID", help="use the numbers this run measured")
-        group.add_argument(
-            "--store", metavar="URL", help="the store holding the run record (with --from-run)"
-        )
-
-    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload) -> LoadedWorkload:
-        run_id = getattr(args, "from_run", None)
-        if not run_id:
-            return loaded
-        url = getattr(args, "store", None)
-        if not url:
-            raise PlacementError("--from-run", "needs --store URL, the store that holds the run record")
-        try:
-            raw = report.measured_workload(Store(url), run_id, loaded.raw)
-        except (StoreError, report.ReportError) as exc:
-            raise PlacementError("--from-run", str(exc)) from None
-        source = f"{loaded.source}, with the numbers measured in run {run_id}"
-        return dataclasses.replace(loaded, raw=raw, source=source)
+    def apply(self, args: argparse.Namespace, loaded: LoadedWorkload | None) -> LoadedWorkload | None: ...
 
 
 #: Hooks applied in order after the workload is loaded (file, stack or example) and before parsing.
@@ -87,18 +56,24 @@ INPUT_HOOKS: list[InputHook] = [FromRun()]
 
 
 def load_workload(args: argparse.Namespace) -> LoadedWorkload:
-    """The workload the command line names (file, stack, or the built-in example), after the hooks."""
+    """The workload the command line names (file, stack, or the built-in example), after the hooks.
+
+    With a hook that reads a run (`--from-run`) and neither a file nor a stack, the hook starts from
+    nothing: the run's own numbers, never the built-in example's."""
+    loaded: LoadedWorkload | None
     if args.workload is not None:
         loaded = placement.load_workload_file(Path(args.workload))
     elif args.stack is not None:
         if len(args.stack) > 1:
             raise PlacementError("--stack", "one stack names the workload (several only with --offers)")
-        loaded = placement.load_stack_workload(args.stack[0], Path(args.stacks_dir))
+        loaded = placement.load_stack_workload(
+            args.stack[0], Path(args.stacks_dir) if args.stacks_dir else None
+        )
     else:
-        loaded = placement.example_workload()
+        loaded = None if getattr(args, "from_run", None) else placement.example_workload()
     for hook in INPUT_HOOKS:
         loaded = hook.apply(args, loaded)
-    return loaded
+    return loaded if loaded is not None else placement.example_workload()
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -125,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m scripts.placement",
         description="Decide where to run an evaluation workload: spot, on-demand or non-preemptible.",
-        epilog="Exit codes: 0 decision made, 3 decision 'none', 2 bad input.",
+        epilog="Exit codes: 0 a decision was made (--offers: an offer is eligible), 3 the decision is 'none' "
+        "(--offers: no offer fits the grant), 4 (--offers) no offer could be priced, 2 bad input.",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("workload", nargs="?", help="workload YAML file (default: the built-in example)")
@@ -137,13 +113,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stacks-dir",
-        default=str(DEFAULT_STACKS_DIR),
         metavar="DIR",
-        help="where the stack files are (default: %(default)s)",
+        help="where the stack files are (default: stacks/ here, else the repository's)",
     )
-    parser.add_argument("--json", action="store_true", help="print the decision as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="write expected cost against tau to a PNG file")
-    parser.add_argument("--trace", metavar="FILE", help="replay lifetimes and capacity waits of a spot trace")
+    parser.add_argument("--json", action="store_true", help="print the decision as one JSON document")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write expected cost against tau to a PNG file (with --offers: cost against wall time "
+        "per offer)",
+    )
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="replay a spot trace in the simulation (its spot capacity in order, tick by tick; see "
+        "--replay), and estimate tau from it (with --offers: --offer-trace)",
+    )
+    parser.add_argument(
+        "--trace-values",
+        choices=placement.TRACE_READINGS,
+        help="how the trace's values read: count, the number of instances up (the published files); "
+        "preempted, non-zero where there is no capacity (default: count)",
+    )
+    parser.add_argument(
+        "--replay",
+        choices=placement.REPLAY_MODES,
+        help="ordered: the trace's spot capacity in order, tick by tick; draw: its lifetimes and capacity "
+        "waits drawn independently (default: ordered)",
+    )
     parser.add_argument(
         "--runs", type=_positive_int, default=DEFAULT_RUNS, help="simulated runs (default: %(default)s)"
     )
@@ -162,16 +159,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if args.offers:
-        return offers.run(args, Path(args.stacks_dir))
+        return offers.run(args, Path(args.stacks_dir) if args.stacks_dir else None)
+    offers.refuse_offer_options(args)
     loaded = load_workload(args)
-    workload = parse_workload(loaded.raw, where=loaded.where)
-    d = placement.decide(workload, runs=args.runs, seed=args.seed, trace=args.trace, waits=args.waits)
+    workload = loaded.parse()
+    d = placement.decide(
+        workload,
+        runs=args.runs,
+        seed=args.seed,
+        trace=args.trace,
+        waits=args.waits,
+        trace_values=args.trace_values,
+        replay=args.replay,
+    )
     if args.plot:
         plot(Path(args.plot), d.placement, d.inputs)
     if args.json:
         print(json.dumps(d.document(), indent=2, allow_nan=False))
     else:
-        render_report(d.placement, d.simulation, d.inputs, d.warnings, loaded.source)
+        render_report(d.placement, d.simulation, d.inputs, d.warnings, loaded.source, labels=loaded.labels)
         if args.plot:
             print(f"plot written to {args.plot}")
     return EXIT_NONE if d.placement.decision == "none" else EXIT_OK

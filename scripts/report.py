@@ -5,9 +5,11 @@
 
 `--stack NAME` finds the store and the run in the stack's outputs (`bucket_url`, `run_id`), read with
 `pulumi stack output --json --stack NAME`, or from `--outputs FILE.json` (the same outputs saved to a
-file); the stack's `spot-eval:workload` block in `stacks/Pulumi.NAME.yaml` then supplies what the
-record cannot know (other options' prices, deadline, grant). `--workload FILE` gives those keys
-directly; with neither, they come from the placement's built-in example and the report says so.
+file); the stack's `spot-eval:workload` block in `stacks/Pulumi.NAME.yaml`, under the stack's
+`spot-eval:grant`, then supplies what the record cannot know (other options' prices, deadline).
+`--workload FILE` gives those keys directly; with neither, the next placement is decided from the
+record alone (only spot priced), or not at all when the record lacks a number it needs: the
+report says which, and never borrows the built-in example.
 `--provider-events` first reads the stack's event capture (its `event_capture` output) and records
 each interruption or stop the provider logged, once (spoteval/events/).
 
@@ -33,17 +35,46 @@ __all__ = ["build", "main"]
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m scripts.report",
-        description="Report a run from its record: lifetimes, restart cost, episodes, cost, efficiency.",
+        description="Report a run from its record: lifetimes, restart cost, episodes, cost, efficiency, "
+        "and the placement for the next run.",
+        epilog="Exit codes: 0 reported, 2 bad input (one line on stderr).",
     )
     p.add_argument(
-        "--store", help="store URL: s3://bucket/prefix, gs://, az://container/prefix, file:///path"
+        "--store",
+        metavar="URL",
+        help="the store holding the run record: s3://bucket/prefix, gs://, az://container/prefix, "
+        "file:///path (with --run)",
     )
-    p.add_argument("--run", help="run id")
-    p.add_argument("--stack", help="read the store and run id from this stack's outputs")
-    p.add_argument("--outputs", help="the stack's outputs saved as JSON (instead of asking pulumi)")
-    p.add_argument("--workload", help="workload YAML for what the record cannot know (prices, deadline)")
-    p.add_argument("--shared", action="store_true", help="no ids, addresses, bucket or account names, prices")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--run", metavar="ID", help="the run id (with --store)")
+    p.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="the store and run id from this stack's outputs (pulumi stack output, or --outputs), and "
+        "what the record cannot know from its spot-eval:workload block under its spot-eval:grant",
+    )
+    p.add_argument(
+        "--stacks-dir",
+        metavar="DIR",
+        help="where Pulumi.NAME.yaml is (with --stack; default: stacks/ here, else the repository's)",
+    )
+    p.add_argument(
+        "--outputs",
+        metavar="FILE.json",
+        help="with --stack: its outputs saved as JSON (pulumi stack output --json > FILE.json), "
+        "instead of asking pulumi",
+    )
+    p.add_argument(
+        "--workload",
+        metavar="FILE",
+        help="a workload YAML for what the record cannot know (other prices, deadline, grant) and "
+        "what the run did not measure (default: the stack's block, else none: the record alone)",
+    )
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="for sharing: no ids, addresses, bucket or account names, or prices",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write a timeline per node and episodes over time")
     p.add_argument(
         "--provider-events",

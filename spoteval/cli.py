@@ -8,6 +8,7 @@ input. Standard library only: the node agent's commands use it too.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 EXIT_USAGE = 2
@@ -21,3 +22,40 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message}\n")
+
+
+def positive_number(value: str) -> float:
+    """An argparse `type`: a finite number > 0 (seconds, a price), or the option's one-line error."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be > 0")
+    return number
+
+
+def add_deployed_stack_options(parser: argparse.ArgumentParser) -> None:
+    """`--stack NAME | --outputs FILE.json`, `--grant FILE` and `--stacks-dir DIR`: how the commands
+    that act on a deployed stack (the restart measurement, the operator) name it, all alike."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="the deployed stack: its outputs from `pulumi stack output --json`, its grant, provider block "
+        "and workload price from stacks/Pulumi.NAME.yaml",
+    )
+    src.add_argument(
+        "--outputs",
+        metavar="FILE.json",
+        help="the stack's outputs saved as JSON (pulumi stack output --json > FILE.json), for a stack "
+        "managed elsewhere; then no grant unless --grant",
+    )
+    parser.add_argument(
+        "--grant", metavar="FILE", help="a grant (YAML or JSON), instead of the stack's spot-eval:grant"
+    )
+    parser.add_argument(
+        "--stacks-dir",
+        metavar="DIR",
+        help="where Pulumi.NAME.yaml is (with --stack; default: stacks/ here, else the repository's)",
+    )

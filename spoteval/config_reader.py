@@ -259,7 +259,8 @@ class Reader:
 class DocumentError(Exception):
     """A file that could not be read as JSON or YAML.
 
-    `reason` is "missing", "unreadable" or "malformed"; `detail` the OS error text or the parser's
+    `reason` is "missing", "unreadable", "malformed", "empty" (nothing but blanks or comments) or
+    "not-mapping" (`read_mapping`: a list or a scalar at the top); `detail` the OS error text or the parser's
     problem; `text` the whole message of the error underneath; `line`/`column` (1-based) where the
     parser stopped, when it says; `first_line` the first line of the parser's own message. Callers
     word the error for their users from these parts.
@@ -321,6 +322,18 @@ def parse_yaml(path: Path, text: str) -> object:
         ) from None
 
 
+def _json(path: Path, text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(path, "malformed", exc.msg, line=exc.lineno, column=exc.colno) from None
+
+
+def read_json_document(path: Path) -> object:
+    """The JSON file at `path`; malformed JSON is a `DocumentError` with its line and column."""
+    return _json(path, read_text(path))
+
+
 def read_document(path: Path, *, json_first: bool = False) -> object:
     """The JSON or YAML file at `path` as plain values.
 
@@ -334,3 +347,34 @@ def read_document(path: Path, *, json_first: bool = False) -> object:
         except ValueError:
             pass
     return parse_yaml(path, text)
+
+
+def read_mapping(path: Path, *, json_first: bool = False) -> Mapping[str, Any]:
+    """A JSON or YAML file whose top is a mapping of keys; an empty file (`empty`) or another top
+    (`not-mapping`, with the type's name as `detail`) is a `DocumentError`, as is a bad file."""
+    doc = read_document(path, json_first=json_first)
+    if doc is None:
+        raise DocumentError(path, "empty", "nothing but blanks or comments", line=1, column=1)
+    if not isinstance(doc, Mapping):
+        kind = {"list": "a list", "str": "a string"}.get(type(doc).__name__, type(doc).__name__)
+        raise DocumentError(path, "not-mapping", kind, line=1, column=1)
+    return doc
+
+
+def describe(err: DocumentError, what: str) -> str:
+    """The one line every command prints for a file it could not use: the file, what is wrong with
+    it and, for a malformed file, the line and column where the parser stopped.
+
+        work.yaml: malformed YAML at line 3 column 7: mapping values are not allowed here
+        work.yaml: the workload file is empty (it must be a mapping of keys)
+    """
+    if err.reason == "missing":
+        return f"{err.path}: {what} not found"
+    if err.reason == "unreadable":
+        return f"{err.path}: cannot read the {what}: {err.detail}"
+    if err.reason == "empty":
+        return f"{err.path}: the {what} is empty (it must be a mapping of keys)"
+    if err.reason == "not-mapping":
+        return f"{err.path}: the {what} must be a mapping of keys, not {err.detail}"
+    kind = "JSON" if err.path.suffix == ".json" else "YAML"
+    return f"{err.path}: malformed {kind}{err.at}: {err.detail}"

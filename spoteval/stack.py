@@ -1,5 +1,6 @@
 """A stack as the CLIs read it: its file `stacks/Pulumi.NAME.yaml` and its `pulumi stack output`.
 
+    path = find_stack("aws-us-east-1")                     # every command finds a stack this way
     path = stack_file(Path("stacks"), "aws-us-east-1")
     settings = stack_settings(read_stack_document(path))   # {"provider": "aws", "workload": {...}, ...}
     outputs = pulumi_stack_output("aws-us-east-1")         # the parsed `pulumi stack output --json`
@@ -8,6 +9,12 @@
 `components.settings` parses for the Pulumi program). Reading never starts anything: `pulumi stack
 output` only reads the stack's state. Problems are raised as `DocumentError` (the file) or
 `StackOutputError` (the CLI) with their parts, and each CLI words them for its users.
+
+`find_stack` is how every command (plan, placement, report, measure_restart, operate) turns
+`--stack NAME` into a file, before anything else is asked (not even `pulumi`): a name that is not a
+stack of the folder is a `StackNotFound` whose one line names the file looked for and the stacks
+there. `market_refusal` is the settings' own rule for which markets a stack may declare; the
+placement and the offers ask it too, so their answers stay within what the stack can do.
 """
 
 from __future__ import annotations
@@ -19,10 +26,83 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from spoteval.config_reader import DocumentError, read_document, read_text
+from spoteval.config_reader import read_document, read_json_document
 
 NAMESPACE: Final = "spot-eval"
 PREFIX: Final = f"{NAMESPACE}:"
+#: the repository's stacks (every command's default `--stacks-dir` when the current folder has none)
+DEFAULT_STACKS_DIR: Final = Path(__file__).resolve().parents[1] / "stacks"
+
+
+def default_stacks_dir() -> Path:
+    """Where `--stack NAME` is looked for without `--stacks-dir`: `stacks/` of the current folder when
+    it has one (a project's own, the repository's when run from its root), else the repository's."""
+    here = Path("stacks")
+    return here if here.is_dir() else DEFAULT_STACKS_DIR
+
+
+#: the markets a stack's `node.market` may name
+MARKETS: Final = ("spot", "on_demand")
+
+
+class StackNotFound(Exception):
+    """`--stack NAME` names no stack file in the stacks folder; the message is the one line to print."""
+
+    def __init__(self, name: str, path: Path, known: list[str], *, bad_name: bool = False) -> None:
+        listed = ", ".join(known) or "none"
+        what = "not a stack name" if bad_name else f"no {shown_path(path)}"
+        #: `stack 'NAME'` and what is wrong: every command prints `{subject}: {problem}`
+        self.subject = f"stack {name!r}"
+        self.problem = f"{what} (stacks: {listed})"
+        super().__init__(f"{self.subject}: {self.problem}")
+        self.name = name
+        self.path = path
+        self.known = known
+
+
+def shown_path(path: Path) -> str:
+    """`path` as a user reads it: relative to the current folder when it lies inside it."""
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def known_stacks(stacks_dir: Path) -> list[str]:
+    """The stack names of `stacks_dir/Pulumi.*.yaml`, sorted."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
+def find_stack(name: str, stacks_dir: Path | None = None) -> Path:
+    """The file of the stack NAME in `stacks_dir` (default: `default_stacks_dir()`); `StackNotFound`
+    when there is none."""
+    folder = default_stacks_dir() if stacks_dir is None else Path(stacks_dir)
+    path = stack_file(folder, name)
+    if not is_stack_name(name):
+        raise StackNotFound(name, path, known_stacks(folder), bad_name=True)
+    if not path.is_file():
+        raise StackNotFound(name, path, known_stacks(folder))
+    return path
+
+
+def market_refusal(provider: object, market: str) -> str | None:
+    """Why a stack of `provider` cannot declare `market` (one line with its source), or None when it
+    can. The settings refuse `node.market` with this; the placement and the offers leave the market
+    out with it. An unknown provider refuses nothing here (the settings name it as unknown)."""
+    from spoteval.providers import facts
+
+    try:
+        found = facts(str(provider))
+    except KeyError:
+        return None
+    return None if market in found.markets else found.market_refusal(market)
+
+
+def declarable_markets(provider: object) -> tuple[str, ...]:
+    """The markets a stack of `provider` may declare, in `MARKETS` order."""
+    return tuple(m for m in MARKETS if market_refusal(provider, m) is None)
 
 
 def stack_file(stacks_dir: Path, name: str) -> Path:
@@ -49,12 +129,9 @@ def stack_settings(doc: object) -> dict[str, Any]:
 
 
 def read_json(path: Path) -> object:
-    """A JSON file (saved stack outputs); a bad file is a `DocumentError` (`malformed`: not JSON)."""
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise DocumentError(path, "malformed", str(exc)) from None
+    """A JSON file (saved stack outputs); a bad file is a `DocumentError` (`malformed`: not JSON,
+    with the line and column)."""
+    return read_json_document(path)
 
 
 class StackOutputError(Exception):

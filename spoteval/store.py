@@ -19,6 +19,7 @@ enforce preconditions; real GCS does.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final
@@ -68,6 +69,25 @@ class StoreError(Exception):
 _PERMANENT_STATUS: Final = ("400 Bad Request", "401 Unauthorized", "403 Forbidden")
 
 
+#: what to set when the endpoint is plain http, per scheme (the store client refuses http by default)
+_ALLOW_HTTP: Final = {"s3": "AWS_ALLOW_HTTP=true", "az": "AZURE_ALLOW_HTTP=true"}
+_PLAIN_HTTP: Final = re.compile(r"(http://[^\s/]+)[^\s]*.*builder error", re.DOTALL)
+
+
+def plain_http_hint(url: str, text: str) -> str:
+    """The fix when the store client refused a plain-http endpoint ('builder error'), else ''."""
+    found = _PLAIN_HTTP.search(text)
+    if found is None:
+        return ""
+    setting = _ALLOW_HTTP.get(urlparse(url).scheme)
+    how = (
+        f"set {setting}, or the store option allow_http: true"
+        if setting
+        else "set store option allow_http: true"
+    )
+    return f" (the endpoint {found.group(1)} is plain http: {how})"
+
+
 def _failed(what: str, exc: BaseException, *, missing_is_permanent: bool = False) -> StoreError:
     """A StoreError for a failed operation, marked permanent when retrying cannot help."""
     text = str(exc)
@@ -76,7 +96,8 @@ def _failed(what: str, exc: BaseException, *, missing_is_permanent: bool = False
     )
     if missing_is_permanent and (isinstance(exc, FileNotFoundError) or "404 Not Found" in text):
         permanent = True  # a write (or a listing) answered 404: the bucket or container is missing
-    return StoreError(f"{what}: {_short(exc)}", permanent=permanent)
+    hint = plain_http_hint(what.split(" ", 1)[-1], text)
+    return StoreError(f"{what}: {_short(exc)}{hint}", permanent=permanent)
 
 
 def _duration(value: object, key: str) -> timedelta:
@@ -204,7 +225,21 @@ class Store:
         return sorted(keys)
 
 
+#: the code and message of an S3 or Azure XML error body (`<Error><Code>NoSuchBucket</Code><Message>...`)
+_XML_ERROR: Final = re.compile(r"<Code>([^<]+)</Code>\s*<Message>([^<]*)</Message>")
+
+
 def _short(exc: BaseException) -> str:
-    """First line of an obstore error (they carry multi-line debug dumps)."""
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    """First line of an obstore error (they carry multi-line debug dumps); an XML error body that
+    the first line only begins (`404 Not Found: <?xml ...?>`) is given as its code and message."""
+    raw = str(exc).strip()
+    text = raw.splitlines()
+    if not text:
+        return type(exc).__name__
+    first = text[0]
+    body = _XML_ERROR.search(raw)
+    start = first.find("<?xml")
+    if body is not None and start >= 0:
+        message = body.group(2).strip().splitlines()
+        first = first[:start].rstrip() + f" {body.group(1)}" + (f" ({message[0]})" if message else "")
+    return first[:300]

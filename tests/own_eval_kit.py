@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -20,6 +21,8 @@ LM_RIGHT: Final = {a: (2 * a + 1) % 3 != 0 for a in range(10)}
 INSPECT_QUESTIONS: Final = {f"q/{a}": f"What is {a} + {a + 2}?" for a in range(1, 13)}
 LM_QUESTIONS: Final = {a: f"What is {a} + {a + 1}?" for a in range(10)}
 WHEEL: Final = "arith_helpers-1.0-py3-none-any.whl"
+#: the line the user's model prints when it starts (into the node's server log)
+_SERVING: Final = re.compile(r"^arith_model: serving on \S+, pid (\d+)$", re.MULTILINE)
 
 
 def user_folder(tmp: Path) -> Path:
@@ -58,3 +61,10 @@ def asked(home: Path) -> list[tuple[str, str]]:
     if not log.exists():
         return []
     return [tuple(line.split("\t", 1)) for line in log.read_text().splitlines() if line]  # type: ignore[misc]
+
+
+def server_pids(node: Path, run_id: str) -> list[str]:
+    """The pids of the user's model servers a drill node started, one per node life, in order: the
+    agent appends each life's server output to `work/RUN/server.log` in the node's folder."""
+    log = node / "work" / run_id / "server.log"
+    return _SERVING.findall(log.read_text()) if log.exists() else []

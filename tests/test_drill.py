@@ -304,7 +304,8 @@ def test_the_drill_command_on_s3_prints_the_report_and_the_decision(
     assert "12/12 episodes have a result" in out
     assert "s3://drill-" in out and "Placement for the next run" in out
     assert "Lifetime tau: no preemption" in out
-    assert "not measured in this run, so from there too: lifetime_hours (no preemption" in out
+    assert "tau is a lower bound (no preemption in" in out  # labelled: a bound, not an estimate
+    assert "inputs: the numbers this run measured, the rest from out/workload.json" in out
     assert (tmp_path / "out" / "timeline.png").exists()
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
     assert doc["episodes"]["completed"] + doc["episodes"]["model_failures"] == 12
@@ -365,3 +366,27 @@ def test_an_agent_refusing_the_drills_setup_is_one_line_and_exit_2(
     assert drill_cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("drill: the agent exited with")
+
+
+def test_the_drill_the_report_and_from_run_read_the_run_one_way(
+    drilled: Drilled, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One reading of a run: the drill's own next placement, `scripts.report --workload` and
+    `scripts.placement --from-run` on the drill's record and its workload.json decide alike."""
+    from scripts import placement as placement_cli
+    from scripts import report as report_cli
+
+    workload = drilled.result.config.out / "workload.json"
+    own = drill.report_of(drilled.result).placement
+    assert own is not None
+    url, run_id = drilled.result.store_url, drilled.result.run_id
+    assert report_cli.main(["--store", url, "--run", run_id, "--workload", str(workload), "--json"]) == 0
+    reported = json.loads(capsys.readouterr().out)["placement"]
+    assert placement_cli.main([str(workload), "--from-run", run_id, "--store", url, "--json"]) == 0
+    decided = json.loads(capsys.readouterr().out)
+    for doc in (reported, decided):
+        assert doc["decision"] == own["decision"]
+        assert doc["options"] == own["options"]
+        assert doc["inputs"] == own["inputs"]
+    # what the record lacks comes from the drill's file, never from the built-in example
+    assert own["inputs"]["grant"]["price_cap"] is None and own["inputs"]["prices"]["on_demand"] == 3.4

@@ -36,6 +36,7 @@ from tests.own_eval_kit import (
     WHEEL,
     asked,
     build_wheel,
+    server_pids,
     user_folder,
 )
 from tests.servers import REPO
@@ -55,17 +56,17 @@ def _record(out: Path) -> tuple[dict[str, Any], Any]:
     return log, load_run(Store(log["store"]), log["run_id"])
 
 
-def _not_asked_again(home: Path, record: Any, questions: dict[Any, str]) -> None:
+def _not_asked_again(home: Path, out: Path, record: Any, questions: dict[Any, str]) -> None:
     """The second server's questions are exactly the samples each shard ran after the preemption."""
     pids = list(dict.fromkeys(pid for pid, _ in asked(home)))
-    assert len(pids) == 2  # one server per node life
+    assert len(pids) == 2 and pids == server_pids(out / "node", record.run_id)  # one server per node life
     later = Counter(q for pid, q in asked(home) if pid == pids[1])
     assert set(later.values()) == {1}  # nothing asked twice by the node that resumed
     for result in record.results.values():
-        out = result.output
-        shard = {questions[s["id"]] for s in out["samples"]}
-        assert len(shard & set(later)) == out["ran"]
-        assert out["from_store"] + out["ran"] == len(shard)
+        output = result.output
+        shard = {questions[s["id"]] for s in output["samples"]}
+        assert len(shard & set(later)) == output["ran"]
+        assert output["from_store"] + output["ran"] == len(shard)
 
 
 def _ready(record: Any) -> list[dict[str, Any]]:
@@ -96,7 +97,7 @@ def test_an_own_inspect_task_with_requirements_resumes_mid_shard(tmp_path: Path)
     assert 3 <= stored_at_kill <= 4  # 3, and at most one more per slot (2 slots)
     assert any(0 < r.output["from_store"] < 6 for r in record.results.values())  # cut inside a shard
     assert Counter(a.outcome for a in record.attempts) == {"interrupted": 2, "completed": 2}
-    _not_asked_again(home, record, INSPECT_QUESTIONS)
+    _not_asked_again(home, out, record, INSPECT_QUESTIONS)
     first, second = (d["eval_env"] for d in _ready(record))
     assert (first["reused"], second["reused"]) == (False, True)
     assert first["requirements"] == second["requirements"]
@@ -126,7 +127,7 @@ def test_an_own_lm_eval_folder_stores_document_ids_and_resumes_mid_shard(tmp_pat
     }
     assert scores == {doc: float(right) for doc, right in LM_RIGHT.items()}
     assert 3 <= sum(r.output["from_store"] for r in record.results.values()) <= 4
-    _not_asked_again(home, record, LM_QUESTIONS)
+    _not_asked_again(home, out, record, LM_QUESTIONS)
 
 
 POOL_CASES: dict[str, tuple[str, str, str, Mapping[Any, str], Mapping[Any, bool]]] = {
@@ -155,12 +156,20 @@ def test_a_shard_cut_on_one_node_resumes_on_another_node_from_the_store(harness:
     assert (result.output["from_store"], result.output["ran"]) == (3, int(size) - 3)
     scores = {s["id"]: s["scores"][metric] for s in result.output["samples"]}
     assert scores == {sid: float(ok) for sid, ok in right.items()}
-    by_pid: dict[str, set[str]] = {}
+    # Whose server asked what, from each node's server log (node 1 is never brought back: one each).
+    # The taken node's server asked the 3 it stored and whatever else inspect had in flight when the
+    # shard held (it runs samples concurrently): no count of its own says which server resumed.
+    run_id = log["run_id"]
+    servers = {pid: f"drill-node-{i}" for i in (1, 2) for pid in server_pids(out / f"node-{i}", run_id)}
+    assert sorted(servers.values()) == ["drill-node-1", "drill-node-2"]
+    by_node: dict[str, Counter[str]] = {}
     for pid, question in asked(home):
-        by_pid.setdefault(pid, set()).add(question)
-    resumed = [qs for qs in by_pid.values() if len(qs) == int(size) - 3]
-    assert len(resumed) == 1  # the resuming node's server: the samples that were not in the store
-    assert len(set(questions.values()) - resumed[0]) == 3
+        by_node.setdefault(servers[pid], Counter())[question] += 1
+    assert set(by_node) == {taken, result.node}
+    resumed = by_node[result.node]  # the resuming node's server: the samples that were not in the store
+    assert (len(resumed), set(resumed.values())) == (int(size) - 3, {1})  # each asked once
+    stored = set(questions.values()) - set(resumed)
+    assert len(stored) == 3 and stored <= set(by_node[taken])  # the 3 in the store: the taken node's
 
 
 @pytest.mark.slow

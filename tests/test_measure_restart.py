@@ -621,5 +621,8 @@ def test_stack_without_pulumi_on_path_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert main(["--stack", "nope"]) == 2
-    assert "pulumi CLI is not on PATH" in capsys.readouterr().err
+    assert main(["--stack", "aws-us-east-1"]) == 2
+    assert capsys.readouterr().err == (
+        "measure_restart: --stack aws-us-east-1: the pulumi CLI is not on PATH "
+        "(or pass the outputs with --outputs FILE.json)\n"
+    )

@@ -74,7 +74,8 @@ def test_every_stacks_offers_are_priced_and_ranked(price_world: PriceApis) -> No
     assert why["k8s us-central1 g2-standard-8 spot"] == f"no price: {NO_PRICE_API['kubernetes']}"
     nebius = [r for r in ranking.offers if r.offer.provider == "nebius"]
     down = (
-        "no price: nebius price API unavailable: no credentials (NEBIUS_IAM_TOKEN, or a Nebius CLI profile): "
+        "no price: Nebius SpotPriceService.List failed: no credentials (NEBIUS_IAM_TOKEN, or a Nebius CLI "
+        "profile): "
     )
     assert [str(r.why_not).startswith(down) for r in nebius] == [False, True, False, True]
     assert why["nebius eu-north1 gpu-l40s-a/1gpu-8vcpu-32gb on_demand"] == f"no price: {ON_DEMAND_REASON}"
@@ -127,17 +128,22 @@ def test_offers_json_is_one_object_per_offer_in_the_decision_shape(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_no_eligible_offer_exits_3(price_world: PriceApis, capsys: pytest.CaptureFixture[str]) -> None:
+def test_nothing_priced_exits_4_apart_from_nothing_eligible(
+    price_world: PriceApis, capsys: pytest.CaptureFixture[str]
+) -> None:
     price_world.down.add("azure")
-    assert cli.main(["--offers", "--stack", "azure-eastus", "--runs", "100"]) == 3
-    assert "Answer: none" in capsys.readouterr().out
+    assert cli.main(["--offers", "--stack", "azure-eastus", "--runs", "100"]) == 4
+    assert "Answer: nothing could be priced" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--offers"], "error: --offers: needs at least one --stack NAME"),
-        (["--offers", "--stack", "nope"], "error: --stack: stack 'nope' not found"),
+        (
+            ["--offers", "--stack", "nope"],
+            "error: stack 'nope': no stacks/Pulumi.nope.yaml (stacks: aws-us-east-1",
+        ),
         (
             ["--offers", "--stack", "aws-us-east-1", "--offer-trace", "aws=x"],
             "error: --offer-trace: expected",

@@ -113,7 +113,7 @@ def test_offers_rank_by_the_closed_form_with_c_per_gpu_and_spot_weighed_by_the_m
     assert ranking.offers[2].option is not None and ranking.offers[0].option is not None
     assert ranking.offers[2].option.wall_hours == pytest.approx(ranking.offers[0].option.wall_hours / 4)
     last = ranking.offers[-1]
-    assert last.why_not == "its price 4.60 per node-hour is above the grant's price_cap 2.00"
+    assert last.why_not == "its price 4.6 per node-hour is above the grant's price_cap 2"
 
 
 def test_the_workload_states_concurrency_per_gpu() -> None:
@@ -260,8 +260,9 @@ def test_a_run_record_is_measured_per_provider_region_and_instance_type() -> Non
 def test_a_trace_for_one_offer_gives_its_tau_and_waits_and_is_replayed(tmp_path: Path) -> None:
     from spoteval.offers.build import offers_ranking, parse_offer_trace, stack_offers
 
-    # 10-minute ticks: up 2 h, down 30 min, up 1 h, down 10 min, up 3 h (censored)
-    ticks = [0] * 12 + [1] * 3 + [0] * 6 + [1] + [0] * 18
+    # 10-minute ticks (the number of instances running): up 2 h, down 30 min, up 1 h, down 10 min,
+    # up 3 h (censored)
+    ticks = [1] * 12 + [0] * 3 + [1] * 6 + [0] + [1] * 18
     trace = tmp_path / "g5.json"
     trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ticks}))
     stack = stack_offers(

@@ -201,3 +201,25 @@ def test_the_loop_ends_with_exit_1_when_only_a_wider_grant_would_start_the_node(
     assert captured.err == "operate: the grant refuses to start pod1: widen it and run again\n"
     assert [(n["what"], n["reason"]) for n in record.notes()] == [("refused", "stop_rule:budget")]
     assert runpod.actions("start") == []
+
+
+def test_a_running_node_spot_eval_never_started_is_not_called_serving(
+    runpod: FakeRunpod, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The provider says running, the record has no start of it: not serving, and left alone."""
+    runpod.add_pod("pod1", status="RUNNING")
+    store = f"file://{tmp_path}/store"
+    Record(store).manifest(["e1", "e2"])
+    outputs = _outputs(tmp_path, runpod_outputs(runpod, "pod1", bucket_url=store))
+    assert main(["status", "--outputs", outputs]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "pod1: running, not started by spot-eval; provider: running (RUNNING); the provider says RUNNING, "
+        "but the record has no start of it: spot-eval did not start it (or its agent has not written "
+        "yet); left alone",
+        "operator: no operator has taken the lease",
+    ]
+    assert main(["status", "--outputs", outputs, "--json"]) == 0
+    (node,) = json.loads(capsys.readouterr().out)["nodes"]
+    assert node["status"] == "unrecorded" and node["label"] != "serving"
+    assert main(["--outputs", outputs, "--once"]) == 0
+    assert not MUTATIONS & set(runpod.operations())  # nothing stopped or started

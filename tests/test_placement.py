@@ -121,7 +121,7 @@ def test_spot_is_chosen_when_cheaper_than_the_margin_asks() -> None:
     p = place(workload(grant=None), spot_p_deadline=0.99, runs=2000)
     assert p.decision == "spot"
     assert all(o.eligible for o in p.options.values())
-    assert "41% below non_preemptible's 26.57" in p.reasons[0]
+    assert "41% below non_preemptible's 26.6" in p.reasons[0]
     assert "probability 0.99 in 2000 simulated runs" in p.reasons[1]
 
 
@@ -176,7 +176,7 @@ def test_price_cap_excludes_spot() -> None:
     )
     assert p.decision == "non_preemptible"
     assert not p.options["spot"].eligible
-    assert "above the grant's price_cap 1.10" in (p.options["spot"].why_not or "")
+    assert "above the grant's price_cap 1.1" in (p.options["spot"].why_not or "")
     assert p.break_even.tau_hours is None  # no lifetime makes spot's price fit under the cap
 
 
@@ -192,7 +192,7 @@ def test_budget_excludes_options_that_cost_too_much() -> None:
     p = place(workload(grant={"budget": 20}), 1.0)
     assert p.decision == "spot"
     assert not p.options["non_preemptible"].eligible
-    assert "above the grant's budget 20.00" in (p.options["non_preemptible"].why_not or "")
+    assert "above the grant's budget 20" in (p.options["non_preemptible"].why_not or "")
 
 
 def test_nothing_eligible_is_decision_none_with_every_reason() -> None:
@@ -200,7 +200,7 @@ def test_nothing_eligible_is_decision_none_with_every_reason() -> None:
     assert p.decision == "none"
     assert not any(o.eligible for o in p.options.values())
     assert len(p.reasons) == 4
-    assert all("budget 10.00" in r for r in p.reasons[1:])
+    assert all("budget 10." in r for r in p.reasons[1:])
 
 
 def test_spot_alone_is_chosen_when_it_is_the_only_priced_option() -> None:
@@ -262,7 +262,9 @@ def test_json_has_exactly_the_documented_keys() -> None:
             "p_deadline",
             "eligible",
             "why_not",
+            "policy",
         }
+    assert doc["options"]["spot"]["policy"] is None  # no spot policy given to `place`
     assert set(doc["break_even"]) == {"tau_hours", "price_ratio"}
     assert doc["inputs"]["episode_hours"] == pytest.approx(0.2)
     assert doc["inputs"]["boot_hours"] == pytest.approx(0.15)

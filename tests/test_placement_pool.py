@@ -47,13 +47,15 @@ def test_a_single_node_is_the_default_and_its_json_is_unchanged() -> None:
 
 
 def test_the_break_even_names_the_fewest_nodes_that_meet_the_deadline() -> None:
-    w = workload(nodes=2, deadline_hours=3)
-    one_wall = closed_form(workload(deadline_hours=3))["spot"].wall_hours
-    expected = math.ceil(one_wall / 3)
+    # 7 h: two nodes' work (6.25 h each) fits, their spot wall time (7.06 h) does not
+    w = workload(nodes=2, deadline_hours=7)
+    one_wall = closed_form(workload(deadline_hours=None))["spot"].wall_hours
+    expected = math.ceil(one_wall / 7)
+    assert expected == 3
     be = place(w, 0.5, 2000).break_even
     assert be.nodes_for_deadline == expected
-    assert closed_form(workload(nodes=expected))["spot"].wall_hours <= 3
-    assert closed_form(workload(nodes=expected - 1))["spot"].wall_hours > 3
+    assert closed_form(workload(nodes=expected))["spot"].wall_hours <= 7
+    assert closed_form(workload(nodes=expected - 1))["spot"].wall_hours > 7
     assert be.to_json()["nodes_for_deadline"] == expected
 
 

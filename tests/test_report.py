@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -442,9 +443,12 @@ def test_shared_report_carries_no_private_identifier(s3_target: StoreTarget) -> 
     shared_json = json.dumps(report.report_json(decided, shared=True))
     # the private report does carry them (so the test can fail), the shared one none
     assert {RUN, A, ADDRESSES[0], ACCOUNT} <= {s for s in secrets if s in private_json}
-    assert f"{P_A2:.4f}" in private_text and RUN in private_text
+    assert f"{P_A2:.3g}" in private_text and RUN in private_text
     leaks = sorted(s for s in secrets if s in shared_text or s in shared_json)
     assert leaks == []
+    # the text rounds prices to three significant digits: none of those, as a whole figure, either
+    for price in (P_A1, P_A1B, P_A2, P_B1, P_B2, P_C1, P_C2):
+        assert not re.search(rf"(?<![\d.]){re.escape(f'{price:.3g}')}(?!\d)", shared_text), price
     assert "node-1" in shared_text and "Lifetime tau" in shared_text
     assert json.loads(shared_json)["placement"]["decision"] == decided.placement["decision"]  # type: ignore[index]
 
@@ -492,7 +496,11 @@ def test_cli_prints_the_report_json_and_plot(
         (["--store", "URL", "--run", "no-such-run"], "no run 'no-such-run'"),
         (["--store", "URL", "--run", "../x"], "--run"),
         (["--store", "URL", "--run", RUN, "--workload", "/nonexistent.yaml"], "/nonexistent.yaml"),
-        (["--stack", "nope", "--outputs", "/nonexistent.json"], "/nonexistent.json"),
+        (
+            ["--stack", "aws-us-east-1", "--outputs", "/nonexistent.json"],
+            "/nonexistent.json: outputs file not found",
+        ),
+        (["--stack", "nope", "--outputs", "/nonexistent.json"], "stack 'nope': no stacks/Pulumi.nope.yaml"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(
@@ -505,7 +513,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(
 
 
 def test_formats_of_durations() -> None:
-    assert [report.fmt_s(s) for s in (42.14, 210, 9000, None)] == ["42.1 s", "3.5 min", "2.50 h", "-"]
+    assert [report.fmt_s(s) for s in (42.14, 210, 9000, None)] == ["42.1 s", "3.5 min", "2.5 h", "-"]
     assert format_time(at(0)) == "2026-03-02T09:00:00.000000Z"
 
 
@@ -574,10 +582,13 @@ def test_stack_outputs_name_the_store_and_the_run(
 ) -> None:
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"bucket_url": built.url, "run_id": RUN, "provider": "aws"}))
-    assert report_cli.main(["--stack", "no-such-stack", "--outputs", str(outputs), "--json"]) == 0
+    assert report_cli.main(["--stack", "aws-us-east-1", "--outputs", str(outputs), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["run_id"] == RUN
+    # the stack is found as every command finds it, outputs or not
+    assert report_cli.main(["--stack", "no-such-stack", "--outputs", str(outputs)]) == 2
+    assert "stack 'no-such-stack': no stacks/Pulumi.no-such-stack.yaml" in capsys.readouterr().err
     outputs.write_text(json.dumps({"bucket_url": built.url}))
-    assert report_cli.main(["--stack", "x", "--outputs", str(outputs)]) == 2
+    assert report_cli.main(["--stack", "aws-us-east-1", "--outputs", str(outputs)]) == 2
     assert "the outputs have no 'run_id'" in capsys.readouterr().err
 
 
@@ -590,12 +601,19 @@ def test_a_run_without_a_restart_names_what_it_could_not_measure(tmp_path: Path)
     store.put_new(LAYOUT.attempt("e1", 1), a.dumps())
     no_wait = report.build(store, RUN, {"prices": {"on_demand": 3.0}}, "prices from the test")
     assert no_wait.placement is None
-    assert "restart.wait_minutes (no restart after a preemption)" in no_wait.placement_note
-    assert "lifetime_hours (no preemption" in no_wait.placement_note
+    assert no_wait.placement_note == (
+        "not decided: the numbers this run measured, the rest from prices from the test; tau "
+        "is a lower bound (no preemption in "
+        "10 min of uptime in run r-demo-7f3a: the 95% interval's low end); not measured in this run and "
+        "not given: restart.wait_minutes (no restart after a preemption): give them in --workload FILE"
+    )
     given = report.build(store, RUN, {"prices": {"on_demand": 3.0}, "restart": {"wait_minutes": 5}}, "test")
     assert given.placement is not None and given.placement["decision"] in ("spot", "on_demand")
-    assert given.placement_note.startswith(
-        "test; not measured in this run, so from there too: lifetime_hours"
+    assert given.placement_note == (
+        "the numbers this run measured, the rest from test; not measured in this run, so from test too: "
+        "restart.wait_minutes "
+        "(no restart after a preemption); tau is a lower bound (no preemption in 10 min of uptime in run "
+        "r-demo-7f3a: the 95% interval's low end)"
     )
 
 

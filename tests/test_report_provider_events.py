@@ -127,6 +127,15 @@ def stack_outputs(tmp_path: Path, **over: Any) -> Path:
     return path
 
 
+def events_stack(tmp_path: Path) -> list[str]:
+    """`--stack aws-events --stacks-dir DIR` with DIR holding that stack: the AWS stack's file."""
+    folder = tmp_path / "stacks"
+    folder.mkdir(exist_ok=True)
+    source = Path(__file__).resolve().parent.parent / "stacks" / "Pulumi.aws-us-east-1.yaml"
+    (folder / "Pulumi.aws-events.yaml").write_text(source.read_text())
+    return ["--stack", "aws-events", "--stacks-dir", str(folder)]
+
+
 def write_record(tmp_path: Path) -> Store:
     store = Store(f"file://{tmp_path / 'store'}")
     layout = RunLayout(RUN)
@@ -147,7 +156,7 @@ def test_report_records_the_providers_events_once_and_counts_each_preemption_onc
     aws: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = write_record(tmp_path)
-    argv = ["--stack", "aws-events", "--outputs", str(stack_outputs(tmp_path)), "--provider-events", "--json"]
+    argv = [*events_stack(tmp_path), "--outputs", str(stack_outputs(tmp_path)), "--provider-events", "--json"]
     assert report_cli.main(argv) == 0
     first = capsys.readouterr()
     assert first.err == "report: provider events: 3 found, 3 recorded now, 0 already in the record\n"
@@ -210,7 +219,7 @@ def test_a_stack_without_the_capture_output_is_refused_with_one_line(
     store = write_record(tmp_path)
     before = store.list(RunLayout(RUN).events_prefix)
     path = stack_outputs(tmp_path, event_capture=None)
-    assert report_cli.main(["--stack", "aws-events", "--outputs", str(path), "--provider-events"]) == 2
+    assert report_cli.main([*events_stack(tmp_path), "--outputs", str(path), "--provider-events"]) == 2
     err = capsys.readouterr().err
     assert err == (
         "report: --stack aws-events: the outputs have no 'event_capture': this stack keeps no provider "
@@ -233,7 +242,7 @@ def test_a_missing_log_group_is_one_line(
 ) -> None:
     write_record(tmp_path)
     path = stack_outputs(tmp_path, event_capture={"kind": "cloudwatch_logs", "log_group": "/spot-eval/none"})
-    assert report_cli.main(["--stack", "aws-events", "--outputs", str(path), "--provider-events"]) == 2
+    assert report_cli.main([*events_stack(tmp_path), "--outputs", str(path), "--provider-events"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(
         "report: --provider-events: CloudWatch Logs group /spot-eval/none: ResourceNotFoundException"

@@ -233,7 +233,11 @@ def test_workload_is_checked_by_the_placement_parser_and_tied_to_the_stack() -> 
     assert parse_with("aws-us-east-1", **per_gpu).workload is not None
     message = rejects("aws-us-east-1", "workload.concurrency", **{**per_gpu, "node__gpu_count": 2})
     assert message.startswith("workload.concurrency: 8 per GPU x 2 GPUs differs from eval.concurrency 32")
-    rejects("aws-us-east-1", "workload.grant.budget", workload__grant__budget=500)
+    # one grant: the block inherits spot-eval:grant and may not carry its own
+    message = rejects("aws-us-east-1", "workload.grant", workload__grant__budget=40)
+    assert "spot-eval:grant" in message and "spot-eval:workload.grant" in message
+    inherited = parse_with("aws-us-east-1")
+    assert inherited.workload is not None and inherited.workload.grant == inherited.grant
     assert parse_with("aws-us-east-1", workload=None).workload is None
 
 

@@ -298,7 +298,13 @@ def test_bad_simulation_arguments_are_named() -> None:
 
 def test_simulation_json_carries_every_strategy() -> None:
     doc = simulate(parse_workload(EXAMPLE_WORKLOAD), runs=50).to_json()
-    assert set(doc["strategies"]) == {"spot", "spot_safety_net", "on_demand", "non_preemptible"}
+    assert set(doc["strategies"]) == {
+        "spot",
+        "spot_safety_net",
+        "uniform_progress",
+        "on_demand",
+        "non_preemptible",
+    }
     assert {"mean_cost", "cost_p05", "cost_p95", "p_deadline", "mean_wall_hours"} <= set(
         doc["strategies"]["spot"]
     )
@@ -318,7 +324,8 @@ def test_empirical_draws_only_observed_values() -> None:
 def test_trace_replay_runs_on_the_trace_lifetimes_and_waits() -> None:
     trace = read_trace(V100_TRACE)
     lifetimes, waits = np.array(trace.lifetimes_hours), np.array(trace.waits_hours)
-    rounds, runs = 2000, 500
+    # enough rounds that the last allocation (not preempted, partly used) weighs under 0.2%
+    rounds, runs = 10_000, 500
     wl = parse_workload({**EXAMPLE_WORKLOAD, "episodes": 32 * rounds, "deadline_hours": None, "grant": None})
     sim = simulate(
         wl,
@@ -328,7 +335,7 @@ def test_trace_replay_runs_on_the_trace_lifetimes_and_waits() -> None:
         waits=Empirical(trace.waits_hours, "trace capacity waits"),
         strategies=["spot"],
     )
-    assert "45 trace lifetimes" in sim.lifetimes
+    assert "44 trace lifetimes" in sim.lifetimes
     assert "44 trace capacity waits" in sim.waits
     spot = sim.strategies["spot"]
     # Renewal-reward with the trace's own lifetimes: an allocation of lifetime L completes

@@ -15,16 +15,10 @@ import json
 import sys
 
 from spoteval import report
-from spoteval.drill.config import (
-    ON_DEMAND_PRICE,
-    SPOT_PRICE,
-    DrillConfig,
-    DrillError,
-    DrillResult,
-    base_workload,
-)
+from spoteval.drill.config import DrillConfig, DrillError, DrillResult
 from spoteval.drill.controller import Drill
 from spoteval.drill.display import Display
+from spoteval.report.command import UsageError, workload_base
 from spoteval.report.failures import HarnessFailures, harness_failures
 from spoteval.store import Store, StoreError
 
@@ -37,12 +31,13 @@ def report_of(result: DrillResult) -> report.RunReport:
         store = Store(result.store_url, result.store_options)
     except StoreError as exc:
         raise DrillError(str(exc)) from None
-    base = base_workload(result.episodes, result.config.capacity_delay_s)
-    source = (
-        f"prices: the drill's spot price {SPOT_PRICE:.2f} and an on-demand price of "
-        f"{ON_DEMAND_PRICE:.2f} per node-hour"
-    )
-    return report.build(store, result.run_id, base, source)
+    # one reading of the run: the base the drill wrote (its prices, its capacity delay as W) is read
+    # back as `scripts.report --workload` and `scripts.placement --from-run` read it
+    try:
+        base = workload_base(str(result.config.out / "workload.json"))
+    except UsageError as exc:
+        raise DrillError(str(exc)) from None
+    return report.build(store, result.run_id, base)
 
 
 def summary(result: DrillResult, failures: HarnessFailures | None = None) -> str:
@@ -86,10 +81,18 @@ def run_command(cfg: DrillConfig, *, as_json: bool = False, shared: bool = False
             f"python -m scripts.report --store {result.store_url} --run {result.run_id} "
             f"--workload {out / 'workload.json'}"
         )
+        decide = (
+            f"python -m scripts.placement {out / 'workload.json'} --from-run {result.run_id} "
+            f"--store {result.store_url}"
+        )
         nodes = "agent.json, node/logs/" if result.config.nodes == 1 else "agent*.json, node-*/logs/"
-        print(f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, operator.json, {nodes}")
+        print(
+            f"\nFiles in {out}: timeline.png, report.txt, report.json, drill.json, operator.json, "
+            f"workload.json, manifest.jsonl, {nodes}"
+        )
         if result.store_url.startswith("file://"):
             print(f"Report again: {again}")
+            print(f"Decide again: {decide}")
     if failures.every_episode:
         why = failures.first[0][1] if failures.first else "no reason recorded"
         print(f"drill: every episode ended in a harness error ({failures.count}): {why}", file=sys.stderr)

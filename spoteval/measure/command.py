@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from spoteval.clouds import (
+    NodeState,
     PlaneConfig,
+    Price,
     open_plane,
 )
 from spoteval.measure.cycle import Measurement, Timeouts
@@ -30,7 +34,7 @@ class Options:
     stack: str | None = None
     outputs: str | None = None
     grant: str | None = None
-    stacks_dir: str = "stacks"
+    stacks_dir: str | None = None  # None: stacks/ here, else the repository's
     node: str | None = None
     cycles: int = 3
     mode: str = "stop-start"
@@ -100,31 +104,9 @@ def run(options: Options, out: Console, err: Console) -> int:
 
     state = plane.state()
     price = plane.price_now()
-    layout = RunLayout(outputs.run_id)
-    budget_left = None
-    if grant.budget is not None:
-        events = read_events(store, store.list(layout.events_prefix), err)
-        budget_left = grant.budget_left(events, fallback_price=price.per_hour)
-    hours = options.cycles * timeouts.cycle_hours(options.wait_ready)
-    plan = {
-        "node": node,
-        "provider": outputs.provider,
-        "region": outputs.region,
-        "zone": outputs.zone,
-        "instance_type": outputs.instance_type,
-        "market": outputs.market,
-        "state_now": state.raw if state.raw == state.status else f"{state.status} ({state.raw})",
-        "mode": options.mode,
-        "cycles": options.cycles,
-        "leave": options.leave,
-        "price_now": price.to_json(),
-        "currency": price.currency,
-        "max_billed_hours": round(hours, 4),
-        "most_it_can_cost": hours * price.per_hour if price.per_hour is not None else None,
-        "grant": grant.to_json(),
-        "budget_left": budget_left,
-        "record": store.join(layout.events_prefix),
-    }
+    plan = _plan(
+        options, inputs, node=node, store=store, timeouts=timeouts, state=state, price=price, err=err
+    )
     if not options.yes:
         if options.json:
             print(json.dumps({"plan": plan, "changed": False}, indent=2))
@@ -164,3 +146,55 @@ def run(options: Options, out: Console, err: Console) -> int:
     if code:
         err.print(f"{PROG}: {report['outcome']}: {report['error']}")
     return code
+
+
+def _plan(
+    options: Options,
+    inputs: Inputs,
+    *,
+    node: str,
+    store: Store,
+    timeouts: Timeouts,
+    state: NodeState,
+    price: Price,
+    err: Console,
+) -> dict[str, Any]:
+    """What the measurement would do and may cost, from the state and the price read now."""
+    outputs, grant = inputs.outputs, inputs.grant
+    layout = RunLayout(outputs.run_id)
+    budget_left = None
+    if grant.budget is not None:
+        events = read_events(store, store.list(layout.events_prefix), err)
+        budget_left = grant.budget_left(events, fallback_price=price.per_hour)
+    hours = options.cycles * timeouts.cycle_hours(options.wait_ready)
+    return {
+        "node": node,
+        "provider": outputs.provider,
+        "region": outputs.region,
+        "zone": outputs.zone,
+        "instance_type": outputs.instance_type,
+        "market": outputs.market,
+        "state_now": state.raw if state.raw == state.status else f"{state.status} ({state.raw})",
+        "mode": options.mode,
+        "cycles": options.cycles,
+        "leave": options.leave,
+        "price_now": price.to_json(),
+        "currency": price.currency,
+        "max_billed_hours": round(hours, 4),
+        "most_it_can_cost": hours * price.per_hour if price.per_hour is not None else None,
+        "grant": grant.to_json(),
+        "budget_left": budget_left,
+        "record": store.join(layout.events_prefix),
+    }
+
+
+def refuse_out_of_context(args: argparse.Namespace) -> None:
+    """Options that do not apply to what was asked are bad input (one line), not silently ignored."""
+    if args.fis_template and args.mode != "preempt":
+        raise MeasureError("--fis-template is the experiment of --mode preempt: give --mode preempt with it")
+    if args.ready_timeout is not None and not args.wait_ready:
+        raise MeasureError("--ready-timeout is how long --wait-ready waits: give --wait-ready with it")
+    if args.plot and not args.yes:
+        raise MeasureError("--plot draws the measured cycles: give --yes (without it nothing is measured)")
+    if args.stacks_dir and not args.stack:
+        raise MeasureError("--stacks-dir is where --stack NAME is looked for: give --stack NAME with it")

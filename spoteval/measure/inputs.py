@@ -11,21 +11,26 @@ from spoteval.clouds import (
     ControlPlaneError,
     StackOutputs,
 )
-from spoteval.config_reader import DocumentError, read_document
+from spoteval.config_reader import DocumentError, describe, read_mapping
 from spoteval.grant import Grant, GrantError
 from spoteval.measure.phases import MeasureError
-from spoteval.stack import StackOutputError, pulumi_stack_output, read_json, stack_file, stack_settings
+from spoteval.stack import (
+    StackNotFound,
+    StackOutputError,
+    find_stack,
+    pulumi_stack_output,
+    read_json,
+    stack_settings,
+)
 
 # --- inputs -----------------------------------------------------------------------------------
 
 
 def _load_mapping(path: Path, what: str) -> Any:
     try:
-        return read_document(path, json_first=True)  # JSON first: YAML 1.1 reads 1e-05 as a string
+        return read_mapping(path, json_first=True)  # JSON first: YAML 1.1 reads 1e-05 as a string
     except DocumentError as exc:
-        if exc.reason == "malformed":
-            raise MeasureError(f"{what} {path}: not YAML or JSON: {exc.first_line}") from None
-        raise MeasureError(f"{what} {path}: {exc.detail}") from None
+        raise MeasureError(describe(exc, what)) from None
 
 
 def load_grant(path: Path) -> Grant:
@@ -47,7 +52,8 @@ def stack_outputs(stack: str) -> Any:
     except StackOutputError as exc:
         if exc.reason == "no-cli":
             raise MeasureError(
-                "--stack: the pulumi CLI is not on PATH (or pass the outputs with --outputs FILE.json)"
+                f"--stack {stack}: the pulumi CLI is not on PATH "
+                "(or pass the outputs with --outputs FILE.json)"
             ) from None
         if exc.reason == "cannot-run":
             raise MeasureError(f"--stack {stack}: pulumi stack output: {exc.detail}") from None
@@ -71,9 +77,13 @@ class Inputs:
     provider_block: Mapping[str, Any] = field(default_factory=dict)
 
 
-def stack_config(stacks_dir: Path, stack: str) -> tuple[Path, Mapping[str, Any]]:
-    """The `spot-eval:` keys of stacks/Pulumi.NAME.yaml, without the namespace."""
-    path = stack_file(stacks_dir, stack)
+def stack_config(stacks_dir: Path | None, stack: str) -> tuple[Path, Mapping[str, Any]]:
+    """The `spot-eval:` keys of stacks/Pulumi.NAME.yaml, without the namespace; the stack is found
+    as every command finds it (a missing one says so, before `pulumi` is asked anything)."""
+    try:
+        path = find_stack(stack, stacks_dir)
+    except StackNotFound as exc:
+        raise MeasureError(str(exc)) from None
     return path, stack_settings(_load_mapping(path, "stack file"))
 
 
@@ -88,13 +98,13 @@ def workload_price(config: Mapping[str, Any], market: str) -> float | None:
 
 
 def load_inputs(
-    *, stack: str | None, outputs: str | None, grant: str | None, stacks_dir: str | Path
+    *, stack: str | None, outputs: str | None, grant: str | None, stacks_dir: str | Path | None
 ) -> Inputs:
     """The outputs (`stack`'s, or the `outputs` file), the grant (a `grant` file, else the stack's)."""
     config: Mapping[str, Any] = {}
     if stack:
+        path, config = stack_config(Path(stacks_dir) if stacks_dir else None, stack)
         raw = stack_outputs(stack)
-        path, config = stack_config(Path(stacks_dir), stack)
         try:
             allowed = Grant.parse(config.get("grant"), where=f"{path}: spot-eval:grant")
         except GrantError as exc:
@@ -105,9 +115,7 @@ def load_inputs(
         try:
             raw = read_json(path)
         except DocumentError as exc:
-            if exc.reason == "malformed":
-                raise MeasureError(f"--outputs {path}: not JSON: {exc.detail}") from None
-            raise MeasureError(f"--outputs {path}: {exc.detail}") from None
+            raise MeasureError(f"--outputs {describe(exc, 'outputs file')}") from None
         allowed = Grant()
         source = str(path)
     if grant:

@@ -5,7 +5,8 @@
 
 A stack gives its provider, region, zone, instance type, GPU count, grant and (unless a workload
 file is given for all of them) the workload its offers are ranked under. The markets of an offer are
-those the provider's stacks may declare (`spoteval.providers`: a Runpod stack is spot only).
+those the stack may declare (`spoteval.stack.market_refusal`, the settings' own rule), and its
+workload is its `spot-eval:workload` block under its one grant, `spot-eval:grant`.
 Nothing is started: only prices are read, by the readers.
 """
 
@@ -17,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from spoteval.grant import Grant, GrantError
+from spoteval.grant import Grant
 from spoteval.offers.evidence import Measured, OfferKey, from_trace
 from spoteval.offers.prices import MARKETS, Clock, PriceReader, read_prices, utc_now
 from spoteval.offers.rank import Candidate, Ranking, rank_offers, stack_candidates
-from spoteval.placement import CONCURRENCY_PER, PlacementError, Workload, load_yaml, parse_workload
-from spoteval.providers import facts
-from spoteval.stack import is_stack_name, stack_file, stack_settings
+from spoteval.placement import CONCURRENCY_PER, PlacementError, Workload
+from spoteval.placement.inputs import read_stack_settings, stack_grant, stack_workload
+from spoteval.stack import declarable_markets
 
 #: where the GCP Catalog and Azure Retail Prices are asked (a test points them at a loopback fake;
 #: AWS endpoints come from boto3's own `AWS_ENDPOINT_URL_*`, Runpod's from `RUNPOD_REST_URL`)
@@ -47,11 +48,8 @@ class StackOffers:
 
     @property
     def markets(self) -> tuple[str, ...]:
-        """The markets this provider's stacks may declare (spoteval/providers.py; Runpod: spot only)."""
-        try:
-            return tuple(m for m in facts(self.provider).markets if m in MARKETS)
-        except KeyError:
-            return MARKETS
+        """The markets this stack may declare (the settings' own rule, spoteval.stack.market_refusal)."""
+        return tuple(m for m in declarable_markets(self.provider) if m in MARKETS)
 
 
 def stack_offers(name: str, settings: Mapping[str, Any]) -> StackOffers:
@@ -68,14 +66,9 @@ def stack_offers(name: str, settings: Mapping[str, Any]) -> StackOffers:
     if not isinstance(node, Mapping):
         raise PlacementError(f"{where}: spot-eval:node", "missing: the stack declares no node")
     gpus = node.get("gpu_count")
-    try:
-        grant = Grant.parse(settings.get("grant"), where=f"{where}: spot-eval:grant")
-    except GrantError as err:
-        raise PlacementError(err.key, str(err).removeprefix(f"{err.key}: ")) from None
-    raw_workload = settings.get("workload")
-    workload = None
-    if raw_workload is not None:
-        workload = parse_workload(raw_workload, where=f"{where}: {WORKLOAD_KEY}")
+    grant = stack_grant(settings, f"{where}: ")
+    loaded = stack_workload(name, settings, where, where=f"{where}: ")
+    workload = loaded.parse() if loaded is not None else None
     zone = settings.get("zone")
     return StackOffers(
         name=name,
@@ -89,14 +82,10 @@ def stack_offers(name: str, settings: Mapping[str, Any]) -> StackOffers:
     )
 
 
-def read_stack(name: str, stacks_dir: Path) -> StackOffers:
+def read_stack(name: str, stacks_dir: Path | None) -> StackOffers:
     """`stacks_dir/Pulumi.NAME.yaml` as offers (the file is only read)."""
-    if not is_stack_name(name):
-        raise PlacementError("--stack", f"not a stack name: {name!r}")
-    path = stack_file(stacks_dir, name)
-    if not path.is_file():
-        raise PlacementError("--stack", f"stack {name!r} not found: no {path}")
-    return stack_offers(name, stack_settings(load_yaml(path, "stack file")))
+    _, settings = read_stack_settings(name, stacks_dir)
+    return stack_offers(name, settings)
 
 
 def default_readers(

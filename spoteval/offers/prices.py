@@ -2,9 +2,10 @@
 
 An `Offer` is what a grant may allow; a `PriceReader` per provider reads the price of many offers
 at once (one query per region or per catalog page, not one per offer) and answers, per offer, an
-`OfferPrice` or the reason it has none. `read_prices` asks every provider's reader and never lets
-one provider's failure hide the others: a provider whose price API cannot be reached gives each of
-its offers the same one-line reason.
+`OfferPrice` or the reason it has none. `read_prices` asks every provider's reader once per market
+and never lets one read's failure hide another's: a failed on-demand read leaves the spot prices
+of the same provider standing, and a price API that cannot be reached gives each offer of that
+provider and market the same one line naming the API and the fix (spoteval/offers/failures.py).
 
 Each price says what it is:
 
@@ -152,12 +153,15 @@ NO_PRICE_API_ALIASES: Final[Mapping[str, str]] = {"k8s": "kubernetes"}
 def read_prices(
     offers: Sequence[Offer], readers: Mapping[str, PriceReader], clock: Clock = utc_now
 ) -> dict[Offer, Reading]:
-    """Every offer's price or the reason it has none, asking each provider's reader once."""
-    by_provider: dict[str, list[Offer]] = {}
+    """Every offer's price or the reason it has none, asking each provider's reader once per market:
+    each market's prices are read, and fail, on their own."""
+    from spoteval.offers.failures import clean, explain
+
+    groups: dict[tuple[str, str], list[Offer]] = {}
     for offer in offers:
-        by_provider.setdefault(offer.provider, []).append(offer)
+        groups.setdefault((offer.provider, offer.market), []).append(offer)
     out: dict[Offer, Reading] = {}
-    for provider, group in by_provider.items():
+    for (provider, market), group in groups.items():
         reader = readers.get(provider)
         if reader is None:
             why = NO_PRICE_API.get(NO_PRICE_API_ALIASES.get(provider, provider))
@@ -167,11 +171,20 @@ def read_prices(
         try:
             answers = reader.read(group, clock)
         except PriceUnavailable as exc:
-            out.update({offer: f"{provider} price API unavailable: {exc}" for offer in group})
+            out.update({offer: explain(provider, market, str(exc)) for offer in group})
             continue
         for offer in group:
-            out[offer] = answers.get(offer, f"{provider} gave no price for this offer")
+            answer = answers.get(offer, f"{provider} gave no price for this offer")
+            unreachable = f"{provider} price API unavailable: "
+            if isinstance(answer, str) and answer.startswith(unreachable):  # a reader that says so per offer
+                answer = explain(provider, market, answer.removeprefix(unreachable))
+            out[offer] = clean(answer) if isinstance(answer, str) else answer
     return out
+
+
+def priced(readings: Mapping[Offer, Reading]) -> int:
+    """How many offers have a price (0: nothing could be priced, which is its own answer)."""
+    return sum(1 for r in readings.values() if isinstance(r, OfferPrice))
 
 
 def api_price(per_hour: float, currency: str, *, source_details: Mapping[str, Any] | None = None) -> Price:

@@ -141,6 +141,11 @@ class Ranking:
     def best(self) -> RankedOffer | None:
         return self.offers[0] if self.offers and self.offers[0].eligible else None
 
+    @property
+    def priced(self) -> int:
+        """How many offers have a price; 0 is its own answer: nothing could be priced."""
+        return sum(1 for o in self.offers if o.price is not None)
+
     def to_json(self) -> list[dict[str, Any]]:
         return [o.to_json() for o in self.offers]
 

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from spoteval.figures import sig
 from spoteval.offers.rank import RankedOffer, Ranking
 from spoteval.placement import PlacementError, hours, money
 
@@ -31,11 +32,11 @@ _TAU_MARK = {"run": "run", "trace": "trace", "workload": "wl*"}
 
 def _row(r: RankedOffer) -> list[str]:
     o, p, w, opt, ev = r.offer, r.price, r.workload, r.option, r.evidence
-    price = f"{p.per_hour:.5g} {p.currency}" if p else "-"
+    price = f"{sig(p.per_hour)} {p.currency}" if p else "-"
     kind = f"{'history' if p.kind == 'spot_history' else p.kind}/{p.zone or p.scope}" if p else "-"
     tau = "-"
     if ev is not None and o.market == "spot":
-        tau = f"{ev.lifetime_hours:.3g} {_TAU_MARK.get(ev.tau_source, ev.tau_source)}"
+        tau = f"{sig(ev.lifetime_hours)} {_TAU_MARK.get(ev.tau_source, ev.tau_source)}"
     per_episode = r.cost_per_episode
     return [
         str(r.rank) if r.rank is not None else "-",
@@ -49,8 +50,8 @@ def _row(r: RankedOffer) -> list[str]:
         kind,
         tau,
         money(opt.expected_cost) if opt else "-",
-        f"{per_episode:.3g}" if per_episode is not None and math.isfinite(per_episode) else "-",
-        f"{opt.wall_hours:.2f}" if opt and math.isfinite(opt.wall_hours) else "-",
+        sig(per_episode) if per_episode is not None and math.isfinite(per_episode) else "-",
+        sig(opt.wall_hours, zeros=True) if opt and math.isfinite(opt.wall_hours) else "-",
         "-" if opt is None or opt.p_deadline is None else f"{opt.p_deadline:.2f}",
     ]
 
@@ -109,7 +110,12 @@ def text_lines(ranking: Ranking, source: str) -> list[str]:
         out += [f"  ! {r.offer.name}: {w}" for r, w in notes]
     out.append("")
     best = ranking.best
-    if best is None or best.option is None:
+    if ranking.priced == 0:
+        out.append(
+            "Answer: nothing could be priced: no offer's price could be read (the reasons are above), so "
+            "nothing was compared with the grant."
+        )
+    elif best is None or best.option is None:
         out.append(
             "Answer: none: no offer is eligible, so there is nowhere to run this workload within the grant."
         )

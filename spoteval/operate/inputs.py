@@ -7,9 +7,10 @@ output`), or from saved outputs (`--outputs FILE.json`) and a grant file. Proble
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,18 +22,20 @@ from spoteval.clouds import (
     StackOutputs,
     open_plane,
 )
-from spoteval.config_reader import DocumentError
+from spoteval.config_reader import DocumentError, describe, read_mapping
 from spoteval.grant import Grant, GrantError
 from spoteval.measure import inputs as measure_inputs
 from spoteval.measure.inputs import workload_price
 from spoteval.measure.phases import MeasureError
+from spoteval.operate.deadline import DeadlineWatch
+from spoteval.placement.live import live_policy
+from spoteval.placement.workload import PlacementError, Workload, parse_workload
 from spoteval.stack import (
+    StackNotFound,
     StackOutputError,
-    is_stack_name,
+    find_stack,
     pulumi_stack_output,
     read_json,
-    read_stack_document,
-    stack_file,
     stack_settings,
 )
 
@@ -50,13 +53,41 @@ class Inputs:
     source: str
     configured_price: float | None = None  # the workload's price for the market (no price API)
     provider_block: Mapping[str, Any] = field(default_factory=dict)
+    #: the stack's workload when it has a deadline (the deadline rule's numbers), else None
+    workload: Workload | None = None
+    stack: str | None = None
+    #: the deadline rule the operator watches (spoteval.operate.deadline), with such a workload
+    watch: DeadlineWatch | None = None
+
+
+def _deadline_workload(settings: Mapping[str, Any], where: str) -> Workload | None:
+    """The stack's `spot-eval:workload` when it sets a deadline; a workload that does not parse is
+    bad input (the deadline rule needs its numbers)."""
+    raw = settings.get("workload")
+    if not isinstance(raw, Mapping) or raw.get("deadline_hours") is None:
+        return None
+    try:
+        return parse_workload(raw, where=where)
+    except PlacementError as exc:
+        raise OperateError(f"the deadline rule: {exc}") from None
+
+
+def deadline_watch(inputs: Inputs) -> DeadlineWatch | None:
+    """The deadline rule for the stack's workload (its policy chosen as the placement chooses it)."""
+    if inputs.workload is None:
+        return None
+    try:
+        policy = live_policy(inputs.workload)
+    except PlacementError as exc:
+        raise OperateError(f"the deadline rule: {exc}") from None
+    return DeadlineWatch(inputs.workload, policy, inputs.stack) if policy else None
 
 
 def _document(path: Path, what: str) -> object:
     try:
-        return read_stack_document(path, json_first=True)
+        return read_mapping(path, json_first=True)
     except DocumentError as exc:
-        raise OperateError(f"{what} {path}: {exc.reason}: {exc.first_line}") from None
+        raise OperateError(describe(exc, what)) from None
 
 
 def load_grant(path: Path) -> Grant:
@@ -67,15 +98,18 @@ def load_grant(path: Path) -> Grant:
 
 
 def load_inputs(
-    *, stack: str | None, outputs_file: str | None, stacks_dir: Path, grant_file: str | None
+    *, stack: str | None, outputs_file: str | None, stacks_dir: Path | None, grant_file: str | None
 ) -> Inputs:
     """The outputs and grant of `--stack NAME` (its file and `pulumi stack output`) or `--outputs`."""
     settings: Mapping[str, Any] = {}
     grant = Grant()
+    where = "workload"
     if stack is not None:
-        if not is_stack_name(stack):
-            raise OperateError(f"--stack {stack!r}: not a stack name")
-        path = stack_file(stacks_dir, stack)
+        try:
+            path = find_stack(stack, stacks_dir)
+            where = f"{path}: spot-eval:workload"
+        except StackNotFound as exc:
+            raise OperateError(str(exc)) from None
         settings = stack_settings(_document(path, "stack file"))
         try:
             grant = Grant.parse(settings.get("grant"), where=f"{path}: spot-eval:grant")
@@ -96,7 +130,7 @@ def load_inputs(
         try:
             raw = read_json(Path(outputs_file))
         except DocumentError as exc:
-            raise OperateError(f"--outputs {outputs_file}: {exc.reason}: {exc.first_line}") from None
+            raise OperateError(f"--outputs {describe(exc, 'outputs file')}") from None
         source = outputs_file
         if raw == {}:
             raise OperateError(f"--outputs {outputs_file}: no outputs (the stack was never deployed?)")
@@ -107,13 +141,16 @@ def load_inputs(
     except ControlPlaneError as exc:
         raise OperateError(str(exc)) from None
     block = settings.get(outputs.provider)
-    return Inputs(
+    found = Inputs(
         outputs,
         grant,
         source,
         configured_price=workload_price(settings, outputs.market),
         provider_block=block if isinstance(block, Mapping) else {},
+        workload=_deadline_workload(settings, where),
+        stack=stack,
     )
+    return replace(found, watch=deadline_watch(found))
 
 
 def plane_config(inputs: Inputs, *, poll_s: float, price: float | None = None) -> PlaneOptions:
@@ -144,3 +181,13 @@ def open_planes(inputs: Inputs, config: PlaneOptions) -> dict[str, ControlPlane]
         except ControlPlaneError as exc:
             raise OperateError(f"node {node}: {exc}") from None
     return out
+
+
+def refuse_out_of_context(args: argparse.Namespace) -> None:
+    """Options that do not apply to what was asked are bad input (one line), not silently ignored."""
+    if args.json and args.command != "status":
+        raise OperateError("--json prints the statuses: use it with `status`")
+    if args.once and args.command == "status":
+        raise OperateError("--once checks and acts once: `status` only reads, give one or the other")
+    if args.stacks_dir and not args.stack:
+        raise OperateError("--stacks-dir is where --stack NAME is looked for: give --stack NAME with it")

@@ -15,9 +15,10 @@ budget checks count every node-second once:
 
 Everything else goes to the operator's journal, a prefix of the run record that other readers
 ignore: `runs/{run_id}/operator/{UTC time}-{node}-{seq}.json`, one object per note with `time`,
-`node`, `what` (`refused`, `capacity_error`, `start_error`, `stopped`, `read_error`), `reason`,
-`message` and `details`. A refusal is written once per node and reason until the node starts again;
-capacity errors carry the provider's message and the wait before the next try.
+`node`, `what` (`refused`, `capacity_error`, `start_error`, `stopped`, `read_error`, `deadline`),
+`reason`, `message` and `details`. A refusal is written once per node and reason until the node starts
+again; capacity errors carry the provider's message and the wait before the next try; a deadline
+note (spoteval.operate.deadline) once per switch the spot policy's rule asks for.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ from spoteval.record import (
 from spoteval.store import Store, StoreError
 
 SOURCE: Final = "operator"
-NOTE_KINDS: Final = frozenset({"refused", "capacity_error", "start_error", "stopped", "read_error"})
+NOTE_KINDS: Final = frozenset(
+    {"refused", "capacity_error", "start_error", "stopped", "read_error", "deadline"}
+)
 
 
 def journal_prefix(layout: RunLayout) -> str:

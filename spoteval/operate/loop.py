@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from spoteval.clouds import CapacityError, ControlPlane, ControlPlaneError, NodeState, Price, StackOutputs
 from spoteval.grant import Grant
+from spoteval.operate import deadline
 from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
 from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
 from spoteval.operate.lease import FINISHED, HELD, OperatorLease, Standing
@@ -35,6 +36,7 @@ from spoteval.operate.status import (
     node_events,
     node_status,
 )
+from spoteval.placement.live import Advice
 from spoteval.record import RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
@@ -74,6 +76,7 @@ class Operator:
         sleep: Callable[[float], None] = time.sleep,
         say: Callable[[str], None] = lambda _: None,
         lease: OperatorLease | None = None,
+        watch: deadline.DeadlineWatch | None = None,
     ) -> None:
         self.outputs = outputs
         self.planes = dict(planes)
@@ -89,6 +92,8 @@ class Operator:
         self._cache: dict[str, object] = {}  # record objects already read (they never change)
         self.lease = lease
         self.standing: Standing | None = None  # the lease as the latest pass found it
+        self.watch = watch  # the deadline rule, when the stack's workload has a deadline
+        self.advice: Advice | None = None  # its answer at the last check
 
     # --- the lease --------------------------------------------------------------------------------
 
@@ -163,6 +168,50 @@ class Operator:
         """Each node's status from its provider state and the record. Reads only."""
         run = self.read()
         return [self._status(node, run, plane.state()) for node, plane in self.planes.items()]
+
+    def deadline_advice(self, statuses: list[NodeStatus]) -> Advice | None:
+        """The deadline rule's answer now, for `statuses` (of `status()`). Reads only."""
+        if self.watch is None:
+            return None
+        return deadline.check(
+            self.watch,
+            self.read(),
+            statuses,
+            market=self.outputs.market,
+            now=self.clock(),
+            check_hours=self.timing.interval_s / 3600.0,
+        )
+
+    def deadline_report(self, statuses: list[NodeStatus]) -> tuple[dict[str, Any] | None, list[str]]:
+        """What `status` says of the deadline: the rule's answer as JSON (with the command) and as
+        its line; (None, []) without a deadline rule or once the run is done. Reads only."""
+        advice = self.deadline_advice(statuses)
+        if advice is None or self.watch is None:
+            return None, []
+        command = self.watch.command(advice)
+        return {**advice.to_json(), "command": command}, [advice.text(command)]
+
+    def _check_deadline(self, run: RunView, lines: list[Line]) -> None:
+        """The deadline rule after a check: said while it asks for a switch, recorded once."""
+        if self.watch is None:
+            return
+        now = self.clock()
+        self.advice = deadline.check(
+            self.watch,
+            run,
+            [line.status for line in lines],
+            market=self.outputs.market,
+            now=now,
+            check_hours=self.timing.interval_s / 3600.0,
+        )
+        if self.advice is None or not self.advice.fires:
+            return
+        try:
+            if self._may_act():  # the holder of the operator lease writes the record
+                deadline.record_once(self.journal, run, self.watch, self.advice, now)
+        except StoreError as exc:
+            self.say(f"deadline: cannot write the journal: {exc}")
+        self.say(self.advice.text(self.watch.command(self.advice)))
 
     def _view(self, node: str, plane: ControlPlane, status: NodeStatus, run: RunView) -> NodeView:
         state = status.state or NodeState("unknown", "not read")
@@ -373,6 +422,7 @@ class Operator:
                 )
             lines.append(line)
             self.say(line.text())
+        self._check_deadline(run, lines)
         return lines
 
     def _settled(self, line: Line) -> bool:

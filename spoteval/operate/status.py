@@ -3,7 +3,11 @@ that the operator, `scripts.operate status` and the run report all compute with 
 
 Statuses:
 
-- `serving`: the node holds capacity (the provider says running, or the record shows it alive).
+- `serving`: the node holds capacity and spot-eval started it (the provider says running, or the
+  record shows it alive, after a `start` in the record).
+- `unrecorded`: the provider says running, but the record has no `start` of it: spot-eval did not
+  start it (or its agent has not written its first event yet). Never called serving, never
+  touched by the operator.
 - `starting`: the provider says the node is being started.
 - `preempted`: the provider took the node and work remains: it waits for capacity (S_wait runs).
 - `stopped_by_rule`: a stop rule stopped it (a `stop` event with a `stop_rule:*` reason), or the
@@ -18,15 +22,18 @@ Pure functions of their arguments: nothing here reads a clock, the store or a pr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
 from spoteval.clouds import NodeState
+from spoteval.operate.lease import Standing
 from spoteval.record import Event, format_time
 
 SERVING: Final = "serving"
+UNRECORDED: Final = "unrecorded"
 STARTING: Final = "starting"
 PREEMPTED: Final = "preempted"
 STOPPED_BY_RULE: Final = "stopped_by_rule"
@@ -35,6 +42,7 @@ DONE: Final = "done"
 UNKNOWN: Final = "unknown"
 LABELS: Final = {
     SERVING: "serving",
+    UNRECORDED: "running, not started by spot-eval",
     STARTING: "starting",
     PREEMPTED: "preempted, waiting for capacity",
     STOPPED_BY_RULE: "stopped by a rule",
@@ -179,13 +187,23 @@ def node_status(
         return make(
             STOPPED, "terminated", None, f"the provider says {state.raw}: it cannot be started again", False
         )
+    never_started = last_start is None and not any(e.kind == "preempted" for e in evs)
+    if state is not None and state.running and never_started:
+        return make(
+            UNRECORDED,
+            None,
+            None,
+            f"the provider says {state.raw}, but the record has no start of it: spot-eval did not start "
+            "it (or its agent has not written yet); left alone",
+            False,
+        )
     if state is not None and state.running:
         return make(SERVING, None, last_start.time if last_start else None, "running")
     if state is not None and state.status == "pending":
         return make(STARTING, None, None, f"the provider says {state.raw}")
     if state is not None and state.status == "unknown":
         return make(UNKNOWN, state.raw, None, f"the provider says {state.raw}")
-    if last_start is None and not any(e.kind == "preempted" for e in evs):
+    if never_started:
         # (a node the provider took while it booted, before its agent wrote a start, has the
         # provider's `preempted` event: it was started, and is restarted like any other)
         if state is None:
@@ -199,6 +217,17 @@ def node_status(
         silent = (now - last.time).total_seconds() if now is not None else 0.0
         if silent <= LOST_AFTER_HEARTBEATS * heartbeat_s + 60:
             return make(SERVING, None, last_start.time if last_start else None, "the record shows it alive")
+    return _taken_status(make, node, taken, last, refusals)
+
+
+def _taken_status(
+    make: Callable[..., NodeStatus],
+    node: str,
+    taken: Event | None,
+    last: Event,
+    refusals: Iterable[Refusal],
+) -> NodeStatus:
+    """A node the provider took (or that went silent): preempted, or stopped by the grant's refusal."""
     evidence = f"{taken.kind}:{taken.reason}" if taken is not None else "lost"
     since = taken.time if taken is not None else last.time
     later = [r for r in refusals if record_node(r.node) == record_node(node) and r.time >= since]
@@ -210,3 +239,30 @@ def node_status(
     else:
         status = make(PREEMPTED, evidence, since, f"taken by the provider ({evidence}); work remains")
     return replace(status, taken_at=since, evidence=evidence)
+
+
+def status_text(
+    run_id: str,
+    statuses: Sequence[NodeStatus],
+    standing: Standing,
+    *,
+    as_json: bool = False,
+    deadline: tuple[dict[str, Any] | None, Sequence[str]] = (None, ()),
+) -> str:
+    """What `scripts.operate status` prints: one line per node, the operator lease's standing and
+    what the deadline rule says (`deadline`: its JSON and its lines), or the same as one JSON object."""
+    found, said = deadline
+    if as_json:
+        doc = {
+            "run_id": run_id,
+            "nodes": [s.to_json() for s in statuses],
+            "operator": standing.to_json(),
+            "deadline": found,
+        }
+        return json.dumps(doc, indent=2)
+    lines = []
+    for s in statuses:
+        state = f"{s.state.status} ({s.state.raw})" if s.state else "unknown"
+        lines.append(f"{s.node}: {s.label}; provider: {state}; {s.detail}")
+    lines.append(f"operator: {standing.summary()}")
+    return "\n".join([*lines, *said])

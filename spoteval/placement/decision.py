@@ -1,22 +1,27 @@
 """The placement decision as the CLI and the run report make it: closed form, simulation, cross-check.
 
-`decide(workload)` simulates the workload (spot's chance of meeting the deadline, the cost spread
-of every strategy), decides with the closed form (spoteval.placement.model) and collects the
-warnings; `Decided.document()` is what `python -m scripts.placement --json` prints. The defaults
-(`DEFAULT_RUNS` simulated runs, `DEFAULT_SEED`, waits fixed at the workload's W, no trace) are the
-CLI's defaults too.
+`decide(workload)` simulates the workload (spot's chance of meeting the deadline under each spot
+policy, the cost spread of every strategy), picks the spot policy under a deadline (the cheapest of
+spoteval.placement.policies.POLICIES that meets it with probability >= `deadline_confidence`),
+decides with spoteval.placement.model and collects the warnings; `Decided.document()` is what
+`python -m scripts.placement --json` prints. The defaults (`DEFAULT_RUNS` simulated runs,
+`DEFAULT_SEED`, waits fixed at the workload's W, no trace; a trace replayed in order) are the CLI's
+defaults too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from spoteval.placement.lifetime import LifetimeEstimate, read_trace
-from spoteval.placement.model import Placement, money, place
+from spoteval.placement.availability import REPLAY_MODES, Trace, read_trace_file
+from spoteval.placement.choice import PolicyChoice, choose_policy, policy_reasons
+from spoteval.placement.closed_form import closed_form, money
+from spoteval.placement.lifetime import LifetimeEstimate, trace_runs
+from spoteval.placement.model import Placement, place
 from spoteval.placement.simulate import (
     DEFAULT_RUNS,
     DEFAULT_SEED,
@@ -27,7 +32,7 @@ from spoteval.placement.simulate import (
     Simulation,
     simulate,
 )
-from spoteval.placement.workload import PlacementError, Workload
+from spoteval.placement.workload import PlacementError, Workload, check_deadline
 
 #: how capacity waits are drawn in the simulation: the workload's W fixed or exponential, or a trace's
 WAIT_MODELS = (*DURATION_MODELS, "trace")
@@ -40,23 +45,50 @@ class SimulationInputs:
     trace: LifetimeEstimate | None = None
     trace_source: str | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: the trace to replay in order (spot capacity tick by tick), or None for drawn lifetimes
+    ordered: Trace | None = None
+    trace_kind: str | None = None
 
 
 def simulation_inputs(
-    workload: Workload, *, trace: str | Path | None = None, waits: str | None = None
+    workload: Workload,
+    *,
+    trace: str | Path | None = None,
+    waits: str | None = None,
+    reading: str | None = None,
+    replay: str | None = None,
 ) -> SimulationInputs:
-    """Lifetimes and waits for the simulation: exponential/fixed, or replayed from a `trace` file.
+    """Lifetimes and waits for the simulation: exponential/fixed, or from a `trace` file.
 
-    `waits` is one of WAIT_MODELS; by default "trace" with a trace, else "fixed".
+    `reading` is how the trace's values read (spoteval.placement.availability.TRACE_READINGS; by
+    default `count`, the published files), `replay` "ordered" (the default: the trace's spot capacity
+    in order) or "draw" (its lifetimes and waits drawn independently). `waits` is one of WAIT_MODELS;
+    by default "trace" with a trace, else "fixed"; the ordered replay takes its waits from the trace.
     """
+    if replay is not None and replay not in REPLAY_MODES:
+        raise PlacementError("--replay", f"must be one of {', '.join(REPLAY_MODES)}, got {replay!r}")
+    if not trace and (replay is not None or reading is not None):
+        raise PlacementError("--replay" if replay is not None else "--trace-values", "needs --trace FILE")
     waits_model = waits or ("trace" if trace else "fixed")
     if waits_model == "trace" and not trace:
         raise PlacementError("--waits", "trace needs --trace FILE")
     if not trace:
         return SimulationInputs(waits=DURATION_MODELS[waits_model](workload.wait_hours))
-    runs = read_trace(trace)
-    if not runs.lifetimes_hours:
+    ordered = (replay or "ordered") == "ordered"
+    if ordered and waits_model != "trace":
+        raise PlacementError(
+            "--waits", "the ordered replay takes its waits from the trace (or give --replay draw)"
+        )
+    file = read_trace_file(trace, reading or "count")
+    runs = trace_runs((~file.up()).astype("int64"), file.gap_seconds, source=file.source)
+    if not ordered and not runs.lifetimes_hours:
         raise PlacementError(str(trace), "no preemption in the trace: there is no lifetime to replay")
+    if ordered and not runs.lifetimes_hours and not runs.censored_lifetime_hours:
+        raise PlacementError(str(trace), "spot is never up in the trace: there is nothing to replay")
+    if not runs.lifetimes_hours:
+        return SimulationInputs(
+            ordered=file, trace_kind=file.kind, trace_source=file.source, warnings=("trace: no preemption",)
+        )
     estimate = runs.estimate()
     warnings = [f"trace: {w}" for w in estimate.warnings]
     low, high = estimate.interval_hours
@@ -79,20 +111,27 @@ def simulation_inputs(
         trace=estimate,
         trace_source=runs.source,
         warnings=tuple(warnings),
+        ordered=file if ordered else None,
+        trace_kind=file.kind,
     )
 
 
 def cross_check(placement: Placement, simulation: Simulation) -> list[str]:
     """Warn when the simulated mean cost of spot is far from the closed form's (over 10%)."""
     sim = simulation.strategies.get("spot")
-    closed = placement.options["spot"].expected_cost
+    closed = closed_form(placement.workload)["spot"].expected_cost
     if sim is None or not math.isfinite(closed) or closed <= 0:
         return []
     gap = sim.mean_cost / closed - 1
     if abs(gap) <= 0.10:
         return []
+    how = (
+        "the trace's capacity in order"
+        if simulation.engine == "ticks"
+        else f"lifetimes {simulation.lifetimes}"
+    )
     return [
-        f"the simulated mean cost of spot ({money(sim.mean_cost)}, lifetimes {simulation.lifetimes}) is "
+        f"the simulated mean cost of spot ({money(sim.mean_cost)}, {how}) is "
         f"{abs(gap):.0%} {'above' if gap > 0 else 'below'} the closed form's {money(closed)}"
     ]
 
@@ -108,30 +147,40 @@ def _json_safe(value: Any) -> Any:
 
 
 def document(
-    placement: Placement, simulation: Simulation, inputs: SimulationInputs, warnings: list[str]
+    placement: Placement,
+    simulation: Simulation,
+    inputs: SimulationInputs,
+    warnings: list[str],
+    policy: PolicyChoice | None = None,
 ) -> dict[str, Any]:
     """The JSON document of `--json`."""
     simulated = simulation.to_json()
     simulated["warnings"] = warnings
     simulated["trace"] = (
-        {"source": inputs.trace_source, **inputs.trace.to_json()} if inputs.trace is not None else None
+        {"source": inputs.trace_source, "kind": inputs.trace_kind, **inputs.trace.to_json()}
+        if inputs.trace is not None
+        else None
     )
-    safe: dict[str, Any] = _json_safe(placement.to_json(simulated))
+    doc = placement.to_json(simulated)
+    doc["spot_policy"] = policy.to_json() if policy is not None else None
+    safe: dict[str, Any] = _json_safe(doc)
     return safe
 
 
 @dataclass(frozen=True)
 class Decided:
-    """A decision with what it was made from: the closed form, the simulation and their warnings."""
+    """A decision with what it was made from: the closed form, the simulation and their warnings,
+    and (under a deadline) the spot policy."""
 
     placement: Placement
     simulation: Simulation
     inputs: SimulationInputs
     warnings: list[str]
+    policy: PolicyChoice | None = None
 
     def document(self) -> dict[str, Any]:
         """What `--json` prints."""
-        return document(self.placement, self.simulation, self.inputs, self.warnings)
+        return document(self.placement, self.simulation, self.inputs, self.warnings, self.policy)
 
 
 def decide(
@@ -141,10 +190,32 @@ def decide(
     seed: int = DEFAULT_SEED,
     trace: str | Path | None = None,
     waits: str | None = None,
+    trace_values: str | None = None,
+    replay: str | None = None,
 ) -> Decided:
-    """Simulate the workload (spot's deadline chance, the cross-check) and decide."""
-    inputs = simulation_inputs(workload, trace=trace, waits=waits)
-    simulation = simulate(workload, runs=runs, seed=seed, lifetimes=inputs.lifetimes, waits=inputs.waits)
+    """Simulate the workload (each spot policy's deadline chance, the cross-check) and decide."""
+    check_deadline(workload)
+    inputs = simulation_inputs(workload, trace=trace, waits=waits, reading=trace_values, replay=replay)
+    simulation = simulate(
+        workload,
+        runs=runs,
+        seed=seed,
+        lifetimes=inputs.lifetimes,
+        waits=inputs.waits,
+        trace=inputs.ordered,
+    )
+    choice = choose_policy(workload, simulation)
     spot = simulation.strategies.get("spot")
-    placement = place(workload, spot.p_deadline if spot else None, simulation.runs if spot else None)
-    return Decided(placement, simulation, inputs, [*inputs.warnings, *cross_check(placement, simulation)])
+    placement = place(
+        workload,
+        spot.p_deadline if spot else None,
+        simulation.runs if spot or choice else None,
+        policy=choice.spot_policy(workload) if choice is not None else None,
+    )
+    if choice is not None and placement.decision == "spot":
+        reasons = list(placement.reasons)
+        at = next((i + 1 for i, r in enumerate(reasons) if r.startswith("spot meets the")), len(reasons))
+        reasons[at:at] = policy_reasons(choice, workload, runs)
+        placement = replace(placement, reasons=tuple(reasons))
+    warnings = [*inputs.warnings, *cross_check(placement, simulation)]
+    return Decided(placement, simulation, inputs, warnings, choice)

@@ -24,16 +24,16 @@ lifetimes are more irregular than the closed form assumes and a trace replay sho
 Traces (tests/data/traces: the spot traces of "Can't Be Late", NSDI 2024)
 -------------------------------------------------------------------------
 A trace file is `{"metadata": {"gap_seconds": G}, "data": [v0, v1, ...]}`, one value per tick of G
-seconds. A value of 0 means the spot instance is running; any other value means it is not (preempted,
-waiting for capacity). A lifetime is a run of 0s followed by a non-zero value (a preemption); a
-capacity wait is a run of non-zero values followed by a 0. A run of 0s at the end of the trace is a
-censored lifetime; a run of non-zero values at the end is a censored wait, and one at the start is
-dropped (its beginning is unknown). Durations are ticks x G.
+seconds, each the number of instances up at the tick (spoteval.placement.availability: up where the
+value is >= 1). A lifetime is a run of up ticks followed by a down one
+(a preemption); a capacity wait is a run of down ticks followed by an up one. An up-run at the end
+of the trace is a censored lifetime; a down-run at the end is a censored wait, and one at the start
+is dropped (its beginning is unknown). Durations are ticks x G. This is the order-free reading:
+spoteval.placement.availability replays a trace in order.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from spoteval.placement.workload import PlacementError
+from spoteval.placement.availability import read_trace_file
 
 FEW_PREEMPTIONS = 5
 
@@ -175,7 +175,8 @@ def runs_of(values: Sequence[int] | np.ndarray[Any, Any]) -> list[tuple[bool, in
 def trace_runs(
     values: Sequence[int] | np.ndarray[Any, Any], gap_seconds: float, source: str = ""
 ) -> TraceRuns:
-    """Lifetimes and waits of a sequence of ticks (0 = running, non-zero = not running)."""
+    """Lifetimes and waits of a sequence of down flags (0 = up, non-zero = down; `read_trace` makes
+    them from a file's values)."""
     tick_hours = gap_seconds / 3600.0
     runs = runs_of(values)
     lifetimes: list[float] = []
@@ -207,27 +208,9 @@ def trace_runs(
     )
 
 
-def read_trace(path: str | Path) -> TraceRuns:
-    """Read a trace file (see the module docstring). Errors name the file and the problem."""
-    path = Path(path)
-    key = str(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlacementError(key, "trace file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise PlacementError(key, f"cannot read the trace: {err}") from None
-    except json.JSONDecodeError as err:
-        raise PlacementError(key, f"malformed JSON at line {err.lineno} column {err.colno}") from None
-    if not isinstance(doc, dict):
-        raise PlacementError(key, "a trace must be a JSON object with metadata.gap_seconds and data")
-    meta = doc.get("metadata")
-    gap = meta.get("gap_seconds") if isinstance(meta, dict) else None
-    if isinstance(gap, bool) or not isinstance(gap, int | float) or not math.isfinite(gap) or gap <= 0:
-        raise PlacementError(f"{key}: metadata.gap_seconds", f"must be a number > 0, got {gap!r}")
-    data = doc.get("data")
-    if not isinstance(data, list) or not data:
-        raise PlacementError(f"{key}: data", "must be a non-empty list of ticks")
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in data):
-        raise PlacementError(f"{key}: data", "ticks must be numbers >= 0 (0 = running)")
-    return trace_runs(data, float(gap), source=key)
+def read_trace(path: str | Path, reading: str = "count") -> TraceRuns:
+    """The lifetimes and waits of a trace file (spoteval.placement.availability: its up-runs are
+    lifetimes, its down-runs waits; `reading` how its values read). Errors name the file and the
+    problem."""
+    trace = read_trace_file(path, reading)
+    return trace_runs((~trace.up()).astype(np.int64), trace.gap_seconds, source=trace.source)

@@ -1,32 +1,8 @@
 """The placement decision: spot, on-demand, or a non-preemptible box, and why.
 
-The model (renewal cycle, exponential lifetimes; all times in hours)
--------------------------------------------------------------------
-A node runs C episodes at a time, so N episodes of length D take n = N / C "rounds" of length D.
-A spot allocation lives an exponentially distributed time with mean tau, then the provider takes it
-back; every episode in flight loses its progress (episodes have no checkpoints). After a preemption
-the node waits W for capacity (not billed), then boots for B (billed, and itself preemptible: boot,
-image, weights, warm-up, resume) before the episodes start again from scratch.
-
-Each round then needs an uninterrupted window of length D after the node is up, or of B + D after a
-restart. Solving the renewal equation for the expected time until such a window completes, and
-summing over the n rounds, gives the closed form:
-
-    spot:             billed_hours = n * tau * exp(B/tau) * (exp(D/tau) - 1)
-                      wall_hours   = n * (W + tau) * exp(B/tau) * (exp(D/tau) - 1)
-    on_demand,
-    non_preemptible:  billed_hours = wall_hours = B + n * D
-    expected_cost = price * billed_hours,   efficiency = n * D / billed_hours
-
-With measured episode lengths D_i (`episode_minutes_samples`), `exp(D/tau) - 1` is replaced by the
-mean of `exp(D_i/tau) - 1` and D by the mean of D_i: long episodes lose more work per preemption than
-the mean suggests, so the mean is never plugged into the exponential.
-
-What the closed form leaves out: the spot formula treats the node as already up at the start (the
-first boot is not counted, an error of about B billed hours), it uses the fluid round count n = N / C
-(a last partial round counts as a fraction), and it assumes exponential lifetimes.
-`spoteval.placement.simulate` runs the same workload with discrete episodes, the first boot and any
-lifetime distribution, and gives the probability of meeting the deadline, which the closed form does not.
+The options are priced by the closed form of spoteval.placement.closed_form (the renewal model,
+exponential lifetimes) and, under a deadline, spot's by the simulated spot policy
+(spoteval.placement.simulate, spoteval.placement.policies).
 
 The decision
 ------------
@@ -47,87 +23,16 @@ by bisection on log(tau). Deadline eligibility is not part of the break-even: it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from spoteval.placement.workload import OPTIONS, Workload
+from spoteval.placement.closed_form import Estimate, closed_form, hours, money, spot_billed_hours
+from spoteval.placement.workload import Workload
 
 # Bisection range for the break-even lifetime, in hours (about 4 seconds to 100 million years).
 _TAU_MIN: Final = 1e-3
 _TAU_MAX: Final = 1e12
-_LOG_OVERFLOW: Final = 700.0
-
-
-# --- the closed form ----------------------------------------------------------------------------
-
-
-def _log_expm1(x: float) -> float:
-    """log(exp(x) - 1) for x > 0, without overflow for large x."""
-    return x + math.log(-math.expm1(-x))
-
-
-def _log_mean_loss(lengths: Sequence[float], tau: float) -> float:
-    """log of mean_i (exp(D_i/tau) - 1), computed in log space."""
-    logs = [_log_expm1(d / tau) for d in lengths]
-    top = max(logs)
-    return top + math.log(math.fsum(math.exp(v - top) for v in logs) / len(logs))
-
-
-def _exp_or_inf(log_value: float) -> float:
-    return math.exp(log_value) if log_value < _LOG_OVERFLOW else math.inf
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """One option's closed-form numbers."""
-
-    billed_hours: float
-    wall_hours: float
-    expected_cost: float
-    efficiency: float
-
-
-def spot_billed_hours(workload: Workload, tau: float | None = None) -> float:
-    """n * tau * exp(B/tau) * mean(exp(D_i/tau) - 1); `inf` when it overflows."""
-    tau = workload.lifetime_hours if tau is None else tau
-    log_billed = (
-        math.log(workload.rounds)
-        + math.log(tau)
-        + workload.boot_hours / tau
-        + _log_mean_loss(workload.episode_lengths_hours, tau)
-    )
-    return _exp_or_inf(log_billed)
-
-
-def closed_form(workload: Workload, tau: float | None = None) -> dict[str, Estimate]:
-    """Expected billed hours, wall hours, cost and efficiency of every priced option.
-
-    `tau` overrides the workload's lifetime (used for the break-even and the plot).
-    """
-    tau = workload.lifetime_hours if tau is None else tau
-    work = workload.rounds * workload.episode_hours
-    out: dict[str, Estimate] = {}
-    billed = spot_billed_hours(workload, tau)
-    wall = billed * (workload.wait_hours + tau) / tau / workload.nodes  # k nodes share the rounds
-    out["spot"] = Estimate(
-        billed_hours=billed,
-        wall_hours=wall,
-        expected_cost=workload.prices.spot * billed if billed < math.inf else math.inf,
-        efficiency=work / billed,
-    )
-    steady = workload.nodes * workload.boot_hours + work  # every node boots once
-    steady_wall = workload.boot_hours + work / workload.nodes
-    for name in OPTIONS[1:]:
-        price = workload.prices.of(name)
-        if price is not None:
-            out[name] = Estimate(
-                billed_hours=steady,
-                wall_hours=steady_wall,
-                expected_cost=price * steady,
-                efficiency=work / steady,
-            )
-    return out
 
 
 # --- the decision -------------------------------------------------------------------------------
@@ -146,6 +51,8 @@ class OptionResult:
     p_deadline: float | None
     eligible: bool
     why_not: str | None
+    #: spot under a deadline: the policy its numbers are simulated with (spoteval.placement.policies)
+    policy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,7 +63,23 @@ class OptionResult:
             "p_deadline": self.p_deadline,
             "eligible": self.eligible,
             "why_not": self.why_not,
+            "policy": self.policy,
         }
+
+
+@dataclass(frozen=True)
+class SpotPolicy:
+    """The spot policy chosen under a deadline and its simulated numbers (spoteval.placement.decision).
+
+    With `spot` (no switch) the spot option keeps the closed form's numbers and this probability; a
+    switching policy's numbers are its simulated means (the closed form has no switch)."""
+
+    name: str
+    mean_cost: float
+    billed_hours: float
+    wall_hours: float
+    p_deadline: float | None
+    on_demand_price: float | None = None  # what its on-demand node-hours cost (switching policies)
 
 
 @dataclass(frozen=True)
@@ -210,19 +133,6 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def money(value: float) -> str:
-    """A cost or price for reading: two decimals, or 'unbounded'."""
-    # round first so that float noise (26.774999... vs 26.775000...) does not print two values
-    return f"{round(value, 6):,.2f}" if math.isfinite(value) else "unbounded"
-
-
-def hours(value: float) -> str:
-    """A duration in hours for reading: three significant digits."""
-    if not math.isfinite(value):
-        return "unbounded"
-    return f"{value:.3g} h" if value < 1000 else f"{value:,.0f} h"
-
-
 #: An option whose expected wall time passes this (over a century) is never eligible, deadline or not.
 NEVER_FINISHES_HOURS: Final = 1e6
 
@@ -235,13 +145,15 @@ def _why_not(
     price: float,
     p_deadline: float | None,
     runs: int | None,
+    policy: SpotPolicy | None = None,
 ) -> list[str]:
-    problems: list[str] = []
+    left_out = workload.why_left_out(name)
+    problems: list[str] = [f"left out: {left_out}"] if left_out is not None else []
     grant = workload.grant
     deadline = workload.deadline_hours
     if not math.isfinite(estimate.wall_hours) or estimate.wall_hours > NEVER_FINISHES_HOURS:
         problems.append(
-            f"it would practically never finish (expected wall time {estimate.wall_hours:.3g} h): "
+            f"it would practically never finish (expected wall time {hours(estimate.wall_hours)}): "
             "the lifetime is far shorter than an episode plus a boot"
         )
     if deadline is not None:
@@ -252,8 +164,9 @@ def _why_not(
                 )
             elif p_deadline < workload.deadline_confidence:
                 seen = f" in {runs} simulated runs" if runs else ""
+                how = f" with its best policy, {policy.name}," if policy and policy.name != "spot" else ""
                 problems.append(
-                    f"it meets the {hours(deadline)} deadline with probability {p_deadline:.2f}{seen}, "
+                    f"it meets the {hours(deadline)} deadline{how} with probability {p_deadline:.2f}{seen}, "
                     f"below the required {workload.deadline_confidence:g}"
                 )
         elif estimate.wall_hours > deadline:
@@ -264,6 +177,13 @@ def _why_not(
         problems.append(
             f"its price {money(price)} per node-hour is above the grant's price_cap {money(grant.price_cap)}"
         )
+    fallback = policy.on_demand_price if policy is not None else None
+    if grant.price_cap is not None and fallback is not None and fallback > grant.price_cap:
+        assert policy is not None
+        problems.append(
+            f"its policy {policy.name} goes on-demand at {money(fallback)} per node-hour, above the "
+            f"grant's price_cap {money(grant.price_cap)}"
+        )
     if grant.budget is not None and estimate.expected_cost > grant.budget:
         problems.append(
             f"its expected cost {money(estimate.expected_cost)} is above "
@@ -272,26 +192,51 @@ def _why_not(
     return problems
 
 
-def place(workload: Workload, spot_p_deadline: float | None = None, runs: int | None = None) -> Placement:
+def _spot_estimate(workload: Workload, estimate: Estimate, policy: SpotPolicy | None) -> Estimate:
+    if policy is None or policy.name == "spot":
+        return estimate
+    billed = policy.billed_hours
+    return Estimate(
+        billed_hours=billed,
+        wall_hours=policy.wall_hours,
+        expected_cost=policy.mean_cost,
+        efficiency=workload.rounds * workload.episode_hours / billed if billed > 0 else 0.0,
+    )
+
+
+def place(
+    workload: Workload,
+    spot_p_deadline: float | None = None,
+    runs: int | None = None,
+    policy: SpotPolicy | None = None,
+) -> Placement:
     """Decide where to run `workload`.
 
     `spot_p_deadline` is the probability that pure spot meets the deadline (from
     `spoteval.placement.simulate`, over `runs` runs); without a deadline it is not needed. With a
-    deadline and no probability, spot is not eligible (its deadline risk is unknown).
+    deadline and no probability, spot is not eligible (its deadline risk is unknown). `policy`, under
+    a deadline, is the spot policy to price spot with (its probability replaces `spot_p_deadline`).
     """
     estimates = closed_form(workload)
     deadline = workload.deadline_hours
     options: dict[str, OptionResult] = {}
+    if policy is not None:
+        spot_p_deadline = policy.p_deadline
     for name, estimate in estimates.items():
         price = workload.prices.of(name)
         assert price is not None  # closed_form only returns priced options
+        with_policy = policy if name == "spot" and deadline is not None else None
+        if name == "spot":
+            estimate = _spot_estimate(workload, estimate, with_policy)  # noqa: PLW2901
         if deadline is None:
             p_deadline = None
         elif name == "spot":
             p_deadline = spot_p_deadline
         else:
             p_deadline = 1.0 if estimate.wall_hours <= deadline else 0.0
-        problems = _why_not(workload, name, estimate, price=price, p_deadline=p_deadline, runs=runs)
+        problems = _why_not(
+            workload, name, estimate, price=price, p_deadline=p_deadline, runs=runs, policy=with_policy
+        )
         options[name] = OptionResult(
             name=name,
             price=price,
@@ -302,15 +247,22 @@ def place(workload: Workload, spot_p_deadline: float | None = None, runs: int | 
             p_deadline=p_deadline,
             eligible=not problems,
             why_not="; ".join(problems) if problems else None,
+            policy=with_policy.name if with_policy is not None else None,
         )
 
     decision, reasons = _decide(workload, options, runs)
+    nodes = nodes_for_deadline(workload)
+    if decision == "none" and nodes is not None and nodes > workload.nodes and deadline is not None:
+        reasons.append(
+            f"{nodes} spot nodes sharing the queue (`nodes: {nodes}` in the workload, `node.count: {nodes}` "
+            f"in a stack) would meet the {hours(deadline)} deadline (closed form; see the break-even)."
+        )
     return Placement(
         workload=workload,
         decision=decision,
         reasons=tuple(reasons),
         options=options,
-        break_even=replace(break_even(workload, options), nodes_for_deadline=nodes_for_deadline(workload)),
+        break_even=replace(break_even(workload, options), nodes_for_deadline=nodes),
     )
 
 
@@ -362,8 +314,9 @@ def _decide(
     if chosen is not None and workload.deadline_hours is not None and chosen.p_deadline is not None:
         if decision == "spot":
             seen = f" in {runs} simulated runs" if runs else ""
+            how = f" with the {chosen.policy} policy" if chosen.policy not in (None, "spot") else ""
             reasons.append(
-                f"spot meets the {hours(workload.deadline_hours)} deadline with probability "
+                f"spot meets the {hours(workload.deadline_hours)} deadline{how} with probability "
                 f"{chosen.p_deadline:.2f}{seen} (required: {workload.deadline_confidence:g})."
             )
         else:
@@ -374,7 +327,10 @@ def _decide(
     for name, option in options.items():
         if name == decision:
             continue
-        if not option.eligible:
+        left_out = workload.why_left_out(name)
+        if left_out is not None:
+            reasons.append(f"{name} is left out: {left_out}.")
+        elif not option.eligible:
             reasons.append(f"{name} is not eligible: {option.why_not}.")
         elif chosen is not None and name != "spot":
             reasons.append(
@@ -399,20 +355,27 @@ def _bisect_log(f: Callable[[float], float], low: float, high: float) -> float:
 
 
 def nodes_for_deadline(workload: Workload) -> int | None:
-    """For a pool with a deadline: the fewest nodes k whose spot pool's expected wall time (closed
-    form, wall(k) = wall(1) / k) is within the deadline; None for a single node or no deadline."""
-    if workload.nodes == 1 or workload.deadline_hours is None:
+    """With a deadline: the fewest nodes k whose spot pool's expected wall time (closed form,
+    wall(k) = wall(1) / k) is within it: for a pool, and for one node that misses it; None without
+    a deadline, when spot is left out, or when one node (asked for one) meets it."""
+    if workload.deadline_hours is None or workload.why_left_out("spot") is not None:
         return None
     one = closed_form(replace(workload, nodes=1))["spot"].wall_hours
     if not math.isfinite(one):
         return None
-    return max(1, math.ceil(one / workload.deadline_hours - 1e-9))
+    needed = max(1, math.ceil(one / workload.deadline_hours - 1e-9))
+    # one node that meets the deadline needs no hint; one that misses it is told how many would not
+    return None if workload.nodes == 1 and needed == 1 else needed
 
 
 def break_even(workload: Workload, options: Mapping[str, OptionResult]) -> BreakEven:
     """The lifetime and the price ratio at which the cost comparison flips (see `BreakEven`)."""
     spot = options["spot"]
     grant = workload.grant
+    if workload.why_left_out("spot") is not None:
+        return BreakEven(
+            None, None, None, None, "none: spot is left out of this decision (the reason is below)."
+        )
     if grant.price_cap is not None and spot.price > grant.price_cap:
         return BreakEven(None, None, None, None, "spot's price is above the price cap at any lifetime.")
     other = _cheapest_other(options)

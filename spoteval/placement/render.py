@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from spoteval import figures
+from spoteval.figures import sig
+from spoteval.placement.closed_form import closed_form, hours, money
 from spoteval.placement.decision import SimulationInputs
-from spoteval.placement.model import Placement, closed_form, money
+from spoteval.placement.model import Placement
 from spoteval.placement.simulate import Simulation
-from spoteval.placement.workload import OPTIONS, PlacementError
+from spoteval.placement.workload import OPTIONS, PlacementError, Workload
 
-
-def _minutes(h: float) -> str:
-    return f"{h * 60:g} min"
+Lines = list[tuple[str, str]]
 
 
 def _pct(x: float) -> str:
@@ -34,100 +35,103 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int 
     return [line(headers), "  " + "-" * (sum(widths) + 3 * (len(widths) - 1)), *(line(r) for r in rows)]
 
 
-def report_lines(
-    placement: Placement,
-    simulation: Simulation,
-    inputs: SimulationInputs,
-    warnings: Sequence[str],
-    source: str,
-) -> list[tuple[str, str]]:
-    """The report as (style, text) lines; style is "" for plain text or a rich style for headings."""
-    w = placement.workload
-    lines: list[tuple[str, str]] = [("bold", f"spot-eval placement: {source}"), ("", "")]
-
-    lines.append(("bold", "Inputs"))
-    if w.episode_samples_hours:
-        length = f"D = mean of {len(w.episode_samples_hours)} samples = {_minutes(w.episode_hours)}"
-    else:
-        length = f"D = {_minutes(w.episode_hours)}"
+def _lifetime(w: Workload, bound: str | None) -> str:
     interval = (
-        f", interval [{w.lifetime_interval_hours[0]:g}, {w.lifetime_interval_hours[1]:g}] h"
+        f", interval [{hours(w.lifetime_interval_hours[0])}, {hours(w.lifetime_interval_hours[1])}]"
         if w.lifetime_interval_hours
         else ""
     )
+    if bound is not None:
+        return f"tau >= {hours(w.lifetime_hours)} (a lower bound: {bound}){interval}"
+    return f"tau = {hours(w.lifetime_hours)} (mean time from start to preemption){interval}"
+
+
+def input_lines(w: Workload, labels: Mapping[str, str]) -> Lines:
+    """The Inputs section: every number the decision used, each row with where it came from when
+    that is not the workload's source (`labels`: row -> where; `lifetime bound`: why tau is a bound)."""
+    if w.episode_samples_hours:
+        length = f"D = mean of {len(w.episode_samples_hours)} samples = {hours(w.episode_hours)}"
+    else:
+        length = f"D = {hours(w.episode_hours)}"
     grant = [
         f"{k} {money(v)}"
         for k, v in (("price_cap", w.grant.price_cap), ("budget", w.grant.budget))
         if v is not None
     ]
+    nodes = (
+        f"k = {w.nodes} sharing one queue, each preempted and booted on its own: n/k = {sig(w.node_rounds)}"
+    )
     items = [
-        (
-            "episodes",
-            f"N = {w.episodes} of {length} ({w.episode_hours:.4g} h), C = {w.concurrency} at a time",
-        ),
-        ("rounds", f"n = N/C = {w.rounds:g}"),
-        *(
-            [
-                (
-                    "nodes",
-                    f"k = {w.nodes} sharing one queue, each preempted and booted on its own: "
-                    f"n/k = {w.node_rounds:g}",
-                )
-            ]
-            if w.nodes > 1
-            else []
-        ),
-        ("lifetime", f"tau = {w.lifetime_hours:g} h (mean time from start to preemption){interval}"),
-        (
-            "restart",
-            f"wait W = {_minutes(w.wait_hours)} (not billed), boot B = {_minutes(w.boot_hours)} (billed)",
-        ),
+        ("episodes", f"N = {w.episodes} of {length}, C = {w.concurrency} at a time"),
+        ("rounds", f"n = N/C = {sig(w.rounds)}"),
+        *([("nodes", nodes)] if w.nodes > 1 else []),
+        ("lifetime", _lifetime(w, labels.get("lifetime bound"))),
+        ("restart", f"wait W = {hours(w.wait_hours)} (not billed), boot B = {hours(w.boot_hours)} (billed)"),
         ("prices", ", ".join(f"{k} {money(v)}" for k, v in w.prices.to_json().items()) + " per node-hour"),
         (
             "deadline",
-            f"{w.deadline_hours:g} h, met with probability >= {w.deadline_confidence:g}"
+            f"{hours(w.deadline_hours)}, met with probability >= {w.deadline_confidence:g}"
             if w.deadline_hours is not None
             else "none",
         ),
         ("spot margin", f"{w.spot_margin:.0%} (spot must cost this much less than the next option)"),
         ("grant", ", ".join(grant) if grant else "no price cap, no budget"),
     ]
-    lines += [("", f"  {label:<12} {text}") for label, text in items]
-    lines.append(("", ""))
+    lines: Lines = [("bold", "Inputs")]
+    for label, text in items:
+        where = labels.get(label)
+        lines.append(("", f"  {label:<12} {text}" + (f"  [{where}]" if where else "")))
+    lines += [("", f"  left out    {name}: {why}") for name, why in w.left_out]
+    return lines
 
-    lines.append(("bold", f"Options (closed form; spot's p_deadline from {simulation.runs} simulated runs)"))
+
+def option_lines(placement: Placement, simulation: Simulation) -> Lines:
+    """The Options section: each option's closed form (spot's, under a deadline policy that switches,
+    its simulated means), its deadline chance and eligibility."""
+    spot_policy = placement.options["spot"].policy
+    switching = spot_policy not in (None, "spot")
+    how = f"spot with {spot_policy}: its simulated means" if switching else "spot's p_deadline"
+    lines: Lines = [("bold", f"Options (closed form; {how} from {simulation.runs} simulated runs)")]
     rows = [
         [
-            name,
-            money(o.expected_cost),
-            f"{o.billed_hours:.2f}",
-            f"{o.wall_hours:.2f}",
+            f"{name} ({o.policy})" if name == "spot" and switching else name,
+            figures.money(o.expected_cost, zeros=True),
+            sig(o.billed_hours, zeros=True),
+            sig(o.wall_hours, zeros=True),
             _pct(o.efficiency),
             "-" if o.p_deadline is None else f"{o.p_deadline:.2f}",
-            "yes" if o.eligible else "no",
+            "left out" if placement.workload.why_left_out(name) else "yes" if o.eligible else "no",
         ]
         for name, o in placement.options.items()
     ]
     headers = ["option", "expected cost", "billed h", "wall h", "efficiency", "p_deadline", "eligible"]
-    lines += [("", text) for text in text_table(headers, rows)]
-    lines.append(("", ""))
+    return lines + [("", text) for text in text_table(headers, rows)]
 
-    lines.append(
+
+def simulated_lines(simulation: Simulation, inputs: SimulationInputs) -> Lines:
+    """The Simulated section: each strategy's cost and wall-time spread, and the trace's tau."""
+    lines: Lines = [
         ("bold", f"Simulated ({simulation.runs} runs, seed {simulation.seed}, {simulation.engine} engine)")
-    )
-    lines.append(
-        ("", f"  lifetimes {simulation.lifetimes}; waits {simulation.waits}; boots {simulation.boots}")
-    )
+    ]
+    if simulation.engine == "ticks":
+        lines.append(("", f"  spot capacity {simulation.ticks}; boots {simulation.boots}"))
+    else:
+        lines.append(
+            ("", f"  lifetimes {simulation.lifetimes}; waits {simulation.waits}; boots {simulation.boots}")
+        )
+        if simulation.ticks and "uniform_progress" in simulation.strategies:
+            lines.append(("", f"  uniform_progress decides at ticks: {simulation.ticks}"))
     rows = [
         [
             name,
-            money(s.mean_cost),
-            f"{money(s.cost_quantiles[0])}-{money(s.cost_quantiles[2])}",
-            f"{s.mean_wall_hours:.2f}",
-            f"{s.wall_quantiles[2]:.2f}",
+            figures.money(s.mean_cost, zeros=True),
+            "-".join(figures.money(s.cost_quantiles[i], zeros=True) for i in (0, 2)),
+            sig(s.mean_wall_hours, zeros=True),
+            sig(s.wall_quantiles[2], zeros=True),
             "-" if s.p_deadline is None else f"{s.p_deadline:.2f}",
             f"{s.mean_preemptions:.1f}",
             "-" if s.switched is None else f"{s.switched:.0%}",
+            sig(s.spot_work_hours, zeros=True),
         ]
         for name, s in simulation.strategies.items()
     ]
@@ -140,6 +144,7 @@ def report_lines(
         "p_deadline",
         "preemptions",
         "switched",
+        "spot work h",
     ]
     lines += [("", text) for text in text_table(headers, rows)]
     lines += [("", f"  not simulated: {name}: {why}") for name, why in simulation.skipped.items()]
@@ -148,7 +153,7 @@ def report_lines(
         tau = "none (no preemption)" if t.tau_hours is None else f"{t.tau_hours:.3g} h"
         high = f"{t.interval_hours[1]:.3g}" if math.isfinite(t.interval_hours[1]) else "inf"
         cv = "-" if t.cv is None else f"{t.cv:.2f}"
-        lines.append(("", f"  trace {inputs.trace_source}:"))
+        lines.append(("", f"  trace {inputs.trace_source} ({inputs.trace_kind} trace):"))
         lines.append(
             (
                 "",
@@ -156,11 +161,13 @@ def report_lines(
                 f"{t.preemptions} preemptions in {t.total_hours:.1f} h, coefficient of variation {cv}",
             )
         )
-    lines.append(("", ""))
+    return lines
 
-    be = placement.break_even
-    lines.append(("bold", "Break-even (everything else fixed)"))
-    lines.append(("", f"  tau: {be.note}"))
+
+def break_even_lines(placement: Placement) -> Lines:
+    """The Break-even section: how far tau and the price ratio are from flipping the decision."""
+    w, be = placement.workload, placement.break_even
+    lines: Lines = [("bold", "Break-even (everything else fixed)"), ("", f"  tau: {be.note}")]
     if be.price_ratio is not None and be.against is not None:
         now = (w.prices.of(be.against) or 0.0) / w.prices.spot if w.prices.spot > 0 else math.inf
         lines.append(
@@ -172,16 +179,35 @@ def report_lines(
         )
     else:
         lines.append(("", "  price ratio: none (no eligible option to compare spot's price with)"))
-    if be.nodes_for_deadline is not None:
+    if be.nodes_for_deadline is not None and w.deadline_hours is not None:
         lines.append(
             (
                 "",
-                f"  nodes: {be.nodes_for_deadline} spot node(s) meet the {w.deadline_hours:g} h deadline "
+                f"  nodes: {be.nodes_for_deadline} spot node(s) meet the {hours(w.deadline_hours)} deadline "
                 "(closed form)",
             )
         )
-    lines.append(("", ""))
+    return lines
 
+
+def report_lines(
+    placement: Placement,
+    simulation: Simulation,
+    inputs: SimulationInputs,
+    warnings: Sequence[str],
+    source: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+) -> Lines:
+    """The report as (style, text) lines; style is "" for plain text or a rich style for headings."""
+    lines: Lines = [("bold", f"spot-eval placement: {source}"), ("", "")]
+    for section in (
+        input_lines(placement.workload, labels or {}),
+        option_lines(placement, simulation),
+        simulated_lines(simulation, inputs),
+        break_even_lines(placement),
+    ):
+        lines += [*section, ("", "")]
     if warnings:
         lines.append(("bold yellow", "Warnings"))
         lines += [("", f"  ! {text}") for text in warnings]
@@ -199,12 +225,14 @@ def render_report(
     inputs: SimulationInputs,
     warnings: Sequence[str],
     source: str,
+    *,
+    labels: Mapping[str, str] | None = None,
 ) -> None:
     """Print the readable report: headings styled on a terminal, plain text when piped."""
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=True)
-    for style, text in report_lines(placement, simulation, inputs, warnings, source):
+    for style, text in report_lines(placement, simulation, inputs, warnings, source, labels=labels):
         console.print(text, style=style or None, markup=False)
 
 

@@ -19,15 +19,26 @@ for large N the simulated mean agrees with the closed form.
 - Waits W_k and boots B_k: fixed, or drawn from any `Sampler` (exponential, empirical).
 - Episode lengths: the workload's single length, or drawn independently from its samples.
 
-Strategies (all on the same random draws, so their differences are not noise):
+Strategies (all on the same random draws, so their differences are not noise; the deadline
+policies are those of Wu et al., "Can't Be Late: Optimizing Spot Instance Savings under Deadlines",
+NSDI 2024, spelled out in spoteval.placement.policies):
 - `spot`: spot only, whatever it takes.
-- `spot_safety_net`: spot, switching to on-demand for good once the time left before the deadline
-  is less than the remaining work plus 2B (the rule of "Can't Be Late", NSDI 2024). The remaining
-  work is what on-demand needs: ceil(remaining / C) rounds of the remaining episodes' mean length
-  (unstarted episodes counted at the workload's mean length); episodes in flight at the switch are
-  lost and restart on the on-demand node, which boots for B first and is never preempted.
+- `spot_safety_net` (the paper's Greedy): spot, switching to on-demand for good once the time left
+  before the deadline is less than the remaining work plus 2B. The remaining work is what on-demand
+  needs: ceil(remaining / C) rounds of the remaining episodes' mean length (unstarted episodes
+  counted at the workload's mean length); episodes in flight at the switch are lost and restart on
+  the on-demand node, which boots for B first and is never preempted.
+- `uniform_progress` (the paper's Uniform Progress, with its hysteresis): the same safety net, and
+  on-demand while no spot is up and the work done is behind the uniform pace, back to spot once it
+  is ahead by the pace of 2B and spot is up. It decides at ticks (spoteval.placement.ticks): on
+  drawn lifetimes every half the shortest of B and the episode lengths, on a trace at its
+  ticks.
 - `on_demand`, `non_preemptible`: one boot, then all episodes, never preempted; they differ only in
   price.
+
+Ordered replay (`trace=`): spot capacity is the trace's, in order, from a seeded start tick per run
+(spoteval.placement.availability), and every spot strategy runs on the tick engine, as the
+paper's simulator does; the draws above are not used for spot.
 
 Two engines compute the same process. `lockstep` (single episode length): all slots start together
 after each boot, so an allocation completes floor((L - B) / D) rounds and each step handles one
@@ -51,9 +62,19 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from spoteval.placement.engine import _Draws, _Outcome, _run_events, _run_lockstep, _TooLong
-from spoteval.placement.model import closed_form
+from spoteval.placement.availability import (
+    DrawnAvailability,
+    Trace,
+    TraceAvailability,
+    TraceDraws,
+    tick_for_draws,
+)
+from spoteval.placement.closed_form import closed_form
+from spoteval.placement.engine import _Draws, _Outcome, _run_lockstep, _TooLong
+from spoteval.placement.events import _run_events
+from spoteval.placement.lifetime import trace_runs
 from spoteval.placement.samplers import DURATION_MODELS, Empirical, Exponential, Fixed, FloatArray, Sampler
+from spoteval.placement.ticks import run_ticks
 from spoteval.placement.workload import PlacementError, Workload
 
 __all__ = [
@@ -64,6 +85,7 @@ __all__ = [
     "Empirical",
     "Engine",
     "Exponential",
+    "FirstSwitch",
     "Fixed",
     "Sampler",
     "Simulation",
@@ -71,7 +93,15 @@ __all__ = [
     "simulate",
 ]
 
-STRATEGIES: Final[tuple[str, ...]] = ("spot", "spot_safety_net", "on_demand", "non_preemptible")
+STRATEGIES: Final[tuple[str, ...]] = (
+    "spot",
+    "spot_safety_net",
+    "uniform_progress",
+    "on_demand",
+    "non_preemptible",
+)
+#: the strategies that need a deadline and an on-demand price (they switch to on-demand)
+SWITCHING: Final = ("spot_safety_net", "uniform_progress")
 Engine = Literal["auto", "lockstep", "events"]
 
 DEFAULT_RUNS: Final = 2000
@@ -79,6 +109,24 @@ DEFAULT_SEED: Final = 0
 
 
 # --- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FirstSwitch:
+    """When the runs that went on-demand first did so (medians over those runs, hours)."""
+
+    runs: float  # fraction of runs that went on-demand at all
+    at_hours: float  # time since the start
+    work_left_hours: float  # work left at on-demand speed then
+    to_deadline_hours: float | None  # time left to the deadline then
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "at_hours_p50": self.at_hours,
+            "work_left_hours_p50": self.work_left_hours,
+            "to_deadline_hours_p50": self.to_deadline_hours,
+        }
 
 
 @dataclass(frozen=True)
@@ -95,7 +143,10 @@ class StrategyResult:
     wall_quantiles: tuple[float, float, float]  # p05, p50, p95
     p_deadline: float | None
     mean_preemptions: float
-    switched: float | None  # fraction of runs that switched to on-demand (safety net only)
+    switched: float | None  # fraction of runs that switched to on-demand (switching strategies only)
+    mean_spot_hours: float = 0.0  # billed on spot (boots and lost work included)
+    spot_work_hours: float = 0.0  # episode work completed on spot, node-hours (N D / C in all)
+    first_switch: FirstSwitch | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +165,9 @@ class StrategyResult:
             "p_deadline": self.p_deadline,
             "mean_preemptions": self.mean_preemptions,
             "switched_to_on_demand": self.switched,
+            "mean_spot_hours": self.mean_spot_hours,
+            "spot_work_hours": self.spot_work_hours,
+            "first_switch": self.first_switch.to_json() if self.first_switch else None,
         }
 
 
@@ -129,6 +183,8 @@ class Simulation:
     boots: str
     strategies: Mapping[str, StrategyResult]
     skipped: Mapping[str, str] = field(default_factory=dict)
+    #: how spot capacity came to the tick engine (an ordered trace, or the draws and the tick)
+    ticks: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,6 +194,7 @@ class Simulation:
             "lifetimes": self.lifetimes,
             "waits": self.waits,
             "boots": self.boots,
+            "ticks": self.ticks,
             "strategies": {name: result.to_json() for name, result in self.strategies.items()},
             "skipped": dict(self.skipped),
         }
@@ -146,12 +203,27 @@ class Simulation:
 # --- the simulation -----------------------------------------------------------------------------
 
 
+def _first_switch(outcome: _Outcome, deadline: float | None) -> FirstSwitch | None:
+    went = ~np.isnan(outcome.switch_at)
+    if not went.any():
+        return None
+    at = float(np.median(outcome.switch_at[went]))
+    return FirstSwitch(
+        runs=float(went.mean()),
+        at_hours=at,
+        work_left_hours=float(np.median(outcome.switch_left[went])),
+        to_deadline_hours=None if deadline is None else float(np.median(deadline - outcome.switch_at[went])),
+    )
+
+
 def _summary(
     cost: FloatArray,
     billed: FloatArray,
     outcome: _Outcome,
     deadline: float | None,
+    *,
     switched: bool,
+    work_per_episode: float,
 ) -> StrategyResult:
     cq = np.quantile(cost, [0.05, 0.5, 0.95])
     wq = np.quantile(outcome.wall, [0.05, 0.5, 0.95])
@@ -167,6 +239,9 @@ def _summary(
         p_deadline=None if deadline is None else float(np.mean(outcome.wall <= deadline)),
         mean_preemptions=float(outcome.preemptions.mean()),
         switched=float(outcome.switched.mean()) if switched else None,
+        mean_spot_hours=float(outcome.spot_billed.mean()),
+        spot_work_hours=float(outcome.spot_done.mean()) * work_per_episode,
+        first_switch=_first_switch(outcome, deadline) if switched else None,
     )
 
 
@@ -182,6 +257,150 @@ def _child(seq: np.random.SeedSequence, node: int) -> np.random.SeedSequence:
     return np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, node))
 
 
+class _Runner:
+    """Runs one strategy's outcome for every run, on one node or a pool of nodes sharing a queue."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        runs: int,
+        seed: int,
+        samplers: tuple[Sampler, Sampler, Sampler],
+        engine: str,
+        trace: Trace | None,
+        max_allocations: int,
+    ) -> None:
+        self.workload, self.runs, self.engine, self.trace = workload, runs, engine, trace
+        self.samplers = samplers
+        self.max_allocations = max_allocations
+        self.seq_alloc, seq_od, self.seq_episodes = np.random.SeedSequence(seed).spawn(3)
+        self.od_boot = samplers[2].sample(np.random.default_rng(seq_od), (runs,))
+        self.tick = (
+            trace.tick_hours
+            if trace is not None
+            else tick_for_draws(workload.episode_lengths_hours, workload.boot_hours, workload.deadline_hours)
+        )
+
+    def _draws(self, node: int) -> _Draws:
+        return _Draws(self.runs, *self.samplers, _child(self.seq_alloc, node))
+
+    def ticks_description(self) -> str:
+        if self.trace is not None:
+            return self._availability(0).describe()
+        return DrawnAvailability(
+            self._draws(0), self.runs, self.tick, "the drawn lifetimes and waits"
+        ).describe()
+
+    def _availability(self, node: int) -> TraceAvailability | DrawnAvailability:
+        if self.trace is None:
+            return DrawnAvailability(self._draws(node), self.runs, self.tick, "the drawn lifetimes and waits")
+        # a count trace gives every node of a pool the same start (node j is up while more than j
+        # instances could be launched); a 1-node trace gives each node a start of its own
+        seq = self.seq_alloc if self.trace.counts else _child(self.seq_alloc, node)
+        window = self.workload.deadline_hours or 0.0
+        return TraceAvailability(
+            self.trace, self.runs, seq, node=node, window_hours=window, boots=self.samplers[2]
+        )
+
+    def _one(self, w: Workload, node: int, strategy: str) -> _Outcome:
+        reliable = strategy in ("on_demand", "non_preemptible")
+        if self.trace is not None and strategy == "spot":
+            return self._spot_on_trace(w, node)
+        on_ticks = strategy == "uniform_progress" or (self.trace is not None and not reliable)
+        deadline = w.deadline_hours
+        if on_ticks:
+            return run_ticks(
+                w,
+                self._availability(node),
+                strategy,
+                self.od_boot,
+                _child(self.seq_episodes, node),
+                deadline=deadline,
+            )
+        switch_deadline = deadline if strategy == "spot_safety_net" else None
+        if self.engine == "lockstep":
+            return _run_lockstep(
+                w,
+                self._draws(node),
+                self.od_boot,
+                reliable=reliable,
+                deadline=switch_deadline,
+                max_allocations=self.max_allocations,
+            )
+        return _run_events(
+            w,
+            self._draws(node),
+            self.od_boot,
+            _child(self.seq_episodes, node),
+            reliable=reliable,
+            deadline=switch_deadline,
+            max_allocations=self.max_allocations,
+        )
+
+    def _spot_on_trace(self, w: Workload, node: int) -> _Outcome:
+        """Spot alone on the ordered trace: its allocations are the trace's up-runs from each start, so
+        the event engines run it exactly (what the tick engine gives, without stepping the ticks)."""
+        availability = self._availability(node)
+        assert isinstance(availability, TraceAvailability)
+        draws = TraceDraws(availability, self.runs, self.samplers[2], _child(self.seq_alloc, node))
+        if self.engine == "lockstep":
+            o = _run_lockstep(
+                w, draws, self.od_boot, reliable=False, deadline=None, max_allocations=self.max_allocations
+            )
+        else:
+            o = _run_events(
+                w,
+                draws,
+                self.od_boot,
+                _child(self.seq_episodes, node),
+                reliable=False,
+                deadline=None,
+                max_allocations=self.max_allocations,
+            )
+        o.wall += draws.initial_wait
+        return o
+
+    def run(self, strategy: str) -> _Outcome:
+        w = self.workload
+        if w.nodes == 1:
+            return self._one(w, 0, strategy)
+        # k nodes sharing one queue: each runs its share of the episodes, preempted independently,
+        # with its own boots; the pool's wall time is its slowest node's, its bill the sum
+        return _Outcome.pool(
+            [
+                self._one(replace(w, episodes=share, nodes=1), node, strategy)
+                for node, share in enumerate(_shares(w.episodes, w.nodes))
+            ]
+        )
+
+
+def _checked(workload: Workload, runs: int, strategies: Sequence[str], engine: Engine) -> Engine:
+    if runs < 1:
+        raise PlacementError("runs", f"must be >= 1, got {runs}")
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise PlacementError(
+            "strategies", f"unknown strategy {unknown[0]!r} (known: {', '.join(STRATEGIES)})"
+        )
+    if engine == "auto":
+        return "events" if workload.episode_samples_hours else "lockstep"
+    if engine == "lockstep" and workload.episode_samples_hours:
+        raise PlacementError("engine", "lockstep needs a single episode length; use events for samples")
+    return engine
+
+
+def _why_skipped(workload: Workload, strategy: str) -> str | None:
+    if strategy in SWITCHING:
+        if workload.deadline_hours is None:
+            return "no deadline: the policy has nothing to protect"
+        if workload.prices.on_demand is None:
+            return "no on-demand price to switch to"
+    elif strategy != "spot" and workload.prices.of(strategy) is None:
+        return f"no {strategy} price"
+    return None
+
+
 def simulate(
     workload: Workload,
     *,
@@ -193,73 +412,39 @@ def simulate(
     engine: Engine = "auto",
     strategies: Sequence[str] = STRATEGIES,
     max_allocations: int = 20_000,
+    trace: Trace | None = None,
 ) -> Simulation:
     """Simulate `runs` runs of every strategy that applies to `workload`.
 
-    Defaults: exponential lifetimes with the workload's tau, fixed W and B. A strategy is skipped
-    (with the reason in `Simulation.skipped`) when it has no price, when the safety net has no
-    deadline, or when spot would need more than `max_allocations` allocations in a run.
+    Defaults: exponential lifetimes with the workload's tau, fixed W and B. With `trace`, spot
+    capacity is the trace's, replayed in order (the lifetimes and waits are then only described).
+    A strategy is skipped (with the reason in `Simulation.skipped`) when it has no price, when a
+    switching policy has no deadline or no on-demand price, or when spot would need more than
+    `max_allocations` allocations in a run.
     """
-    if runs < 1:
-        raise PlacementError("runs", f"must be >= 1, got {runs}")
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if unknown:
-        raise PlacementError(
-            "strategies", f"unknown strategy {unknown[0]!r} (known: {', '.join(STRATEGIES)})"
-        )
+    engine = _checked(workload, runs, strategies, engine)
+    if trace is not None and lifetimes is None:
+        found = trace_runs((~trace.up()).astype(np.int64), trace.gap_seconds, trace.source)
+        if found.lifetimes_hours:
+            lifetimes = Empirical(found.lifetimes_hours, "trace up-runs")
     lifetimes = lifetimes or Exponential(workload.lifetime_hours)
     waits = waits or Fixed(workload.wait_hours)
     boots = boots or Fixed(workload.boot_hours)
-    if engine == "auto":
-        engine = "events" if workload.episode_samples_hours else "lockstep"
-    elif engine == "lockstep" and workload.episode_samples_hours:
-        raise PlacementError("engine", "lockstep needs a single episode length; use events for samples")
+    runner = _Runner(
+        workload,
+        runs=runs,
+        seed=seed,
+        samplers=(lifetimes, waits, boots),
+        engine=engine,
+        trace=trace,
+        max_allocations=max_allocations,
+    )
     prices = workload.prices
     deadline = workload.deadline_hours
-    seq_alloc, seq_od, seq_episodes = np.random.SeedSequence(seed).spawn(3)
-    od_boot = boots.sample(np.random.default_rng(seq_od), (runs,))
-
-    def one(w: Workload, node: int, reliable: bool, switch_deadline: float | None) -> _Outcome:
-        draws = _Draws(runs, lifetimes, waits, boots, _child(seq_alloc, node))
-        if engine == "lockstep":
-            return _run_lockstep(
-                w,
-                draws,
-                od_boot,
-                reliable=reliable,
-                deadline=switch_deadline,
-                max_allocations=max_allocations,
-            )
-        return _run_events(
-            w,
-            draws,
-            od_boot,
-            _child(seq_episodes, node),
-            reliable=reliable,
-            deadline=switch_deadline,
-            max_allocations=max_allocations,
-        )
-
-    def run(reliable: bool, switch_deadline: float | None) -> _Outcome:
-        if workload.nodes == 1:
-            return one(workload, 0, reliable, switch_deadline)
-        # k nodes sharing one queue: each runs its share of the episodes, preempted independently,
-        # with its own boots; the pool's wall time is its slowest node's, its bill the sum
-        outcomes = [
-            one(replace(workload, episodes=share, nodes=1), node, reliable, switch_deadline)
-            for node, share in enumerate(_shares(workload.episodes, workload.nodes))
-        ]
-        return _Outcome(
-            spot_billed=np.sum([o.spot_billed for o in outcomes], axis=0),
-            od_billed=np.sum([o.od_billed for o in outcomes], axis=0),
-            wall=np.max([o.wall for o in outcomes], axis=0),
-            switched=np.any([o.switched for o in outcomes], axis=0),
-            preemptions=np.sum([o.preemptions for o in outcomes], axis=0),
-        )
-
+    per_episode = float(np.mean(workload.episode_lengths_hours)) / workload.concurrency
     results: dict[str, StrategyResult] = {}
     skipped: dict[str, str] = {}
-    wanted = set(strategies)
+    wanted = [s for s in STRATEGIES if s in strategies]
 
     # A cheap guard before simulating spot: the closed form's expected number of allocations.
     expected_allocations = 1 + closed_form(workload, tau=lifetimes.mean)["spot"].billed_hours / max(
@@ -269,45 +454,46 @@ def simulate(
         f"spot would need about {expected_allocations:,.0f} allocations per run "
         f"(more than {max_allocations:,} are not simulated)"
     )
-    if "spot" in wanted:
-        if expected_allocations > max_allocations / 2:
-            skipped["spot"] = too_many
-        else:
-            try:
-                o = run(False, None)
-                results["spot"] = _summary(prices.spot * o.spot_billed, o.spot_billed, o, deadline, False)
-            except _TooLong as err:
-                skipped["spot"] = f"spot runs too long to simulate: {err}"
-    if "spot_safety_net" in wanted:
-        if deadline is None:
-            skipped["spot_safety_net"] = "no deadline: the safety net has nothing to protect"
-        elif prices.on_demand is None:
-            skipped["spot_safety_net"] = "no on-demand price to switch to"
-        else:
-            try:
-                o = run(False, deadline)
-                cost = prices.spot * o.spot_billed + prices.on_demand * o.od_billed
-                results["spot_safety_net"] = _summary(cost, o.spot_billed + o.od_billed, o, deadline, True)
-            except _TooLong as err:
-                skipped["spot_safety_net"] = f"runs too long to simulate: {err}"
-    steady = [s for s in ("on_demand", "non_preemptible") if s in wanted]
-    for name in steady:
-        if prices.of(name) is None:
-            skipped[name] = f"no {name} price"
-    if any(prices.of(s) is not None for s in steady):
-        o = run(True, None)
-        for name in steady:
+    steady: _Outcome | None = None
+    for name in wanted:
+        why = _why_skipped(workload, name)
+        if why is not None:
+            skipped[name] = why
+            continue
+        if name in ("on_demand", "non_preemptible"):
+            steady = steady or runner.run(name)
             price = prices.of(name)
-            if price is not None:
-                results[name] = _summary(price * o.od_billed, o.od_billed, o, deadline, False)
-    ordered = {name: results[name] for name in STRATEGIES if name in results}
+            assert price is not None
+            results[name] = _summary(
+                price * steady.od_billed,
+                steady.od_billed,
+                steady,
+                deadline,
+                switched=False,
+                work_per_episode=0.0,
+            )
+            continue
+        if name == "spot" and expected_allocations > max_allocations / 2:
+            skipped["spot"] = too_many
+            continue
+        try:
+            o = runner.run(name)
+        except _TooLong as err:
+            skipped[name] = f"{name} runs too long to simulate: {err}"
+            continue
+        cost = prices.spot * o.spot_billed + (prices.on_demand or 0.0) * o.od_billed
+        billed = o.spot_billed + o.od_billed
+        switching = name in SWITCHING
+        results[name] = _summary(cost, billed, o, deadline, switched=switching, work_per_episode=per_episode)
+    uses_ticks = trace is not None or "uniform_progress" in results
     return Simulation(
         runs=runs,
         seed=seed,
-        engine=engine,
+        engine="ticks" if trace is not None else engine,
         lifetimes=lifetimes.describe(),
         waits=waits.describe(),
         boots=boots.describe(),
-        strategies=ordered,
+        strategies=results,
         skipped=skipped,
+        ticks=runner.ticks_description() if uses_ticks else None,
     )

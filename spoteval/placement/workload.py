@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Final
 
 from spoteval.config_reader import Reader, is_number, key_path
 from spoteval.grant import Grant, GrantError
+from spoteval.placement.policies import POLICY_CHOICES
 
 #: The options in the order they are reported; ties in cost go to the earlier one.
 OPTIONS: Final = ("spot", "on_demand", "non_preemptible")
@@ -70,6 +71,7 @@ WORKLOAD_KEYS: Final = frozenset(
         "spot_margin",
         "grant",
         "nodes",
+        "deadline_policy",
     }
 )
 RESTART_KEYS: Final = frozenset({"wait_minutes", "boot_minutes"})
@@ -127,6 +129,15 @@ class Workload:
     concurrency_per: str = "node"
     #: k nodes sharing one queue of episodes, each preempted independently, each with its own boot
     nodes: int = 1
+    #: (option, why) for each option the stack cannot declare: never eligible, the reason given
+    #: (spoteval.placement.inputs: a market the stack's provider refuses)
+    left_out: tuple[tuple[str, str], ...] = ()
+    #: the spot policy under a deadline: "auto" (the cheapest that meets it) or one of POLICIES
+    deadline_policy: str = "auto"
+
+    def why_left_out(self, option: str) -> str | None:
+        """Why `option` is left out of the decision (None: it is considered)."""
+        return dict(self.left_out).get(option)
 
     @property
     def rounds(self) -> float:
@@ -137,6 +148,11 @@ class Workload:
     def node_rounds(self) -> float:
         """n / k: the rounds each of the k nodes runs (fluid)."""
         return self.rounds / self.nodes
+
+    @property
+    def work_hours(self) -> float:
+        """The work at on-demand speed on each node: n D / k (fluid, no boot)."""
+        return self.node_rounds * self.episode_hours
 
     @property
     def episode_lengths_hours(self) -> tuple[float, ...]:
@@ -164,6 +180,8 @@ class Workload:
             "spot_margin": self.spot_margin,
             "grant": self.grant.to_json(),
             **({"nodes": self.nodes} if self.nodes > 1 else {}),
+            **({"left_out": dict(self.left_out)} if self.left_out else {}),
+            **({"deadline_policy": self.deadline_policy} if self.deadline_policy != "auto" else {}),
         }
 
 
@@ -235,6 +253,14 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
     except GrantError as err:
         raise PlacementError(err.key, str(err).removeprefix(f"{err.key}: ")) from err
 
+    policy = read.value("deadline_policy") or "auto"
+    if policy not in POLICY_CHOICES:
+        read.fail("deadline_policy", f"must be one of {', '.join(POLICY_CHOICES)}, got {policy!r}")
+    if deadline is not None and per == "node":  # per GPU: the node's GPUs decide (see `check_deadline`)
+        problem = deadline_problem(deadline, episodes, concurrency, nodes, episode_hours)
+        if problem:
+            read.fail("deadline_hours", problem)
+
     interval = _interval(read, "lifetime_interval_hours", lifetime)
     return Workload(
         episodes=episodes,
@@ -252,7 +278,35 @@ def parse_workload(raw: object, where: str = "workload") -> Workload:
         lifetime_interval_hours=interval,
         concurrency_per=per,
         nodes=nodes,
+        deadline_policy=policy,
     )
+
+
+def deadline_problem(
+    deadline: float, episodes: int, concurrency: int, nodes: int, episode_hours: float
+) -> str | None:
+    """Why no market can meet `deadline` (the work at on-demand speed, N D / (C k), is longer), or None."""
+    rounds = episodes / concurrency / nodes
+    work = rounds * episode_hours
+    if deadline >= work:
+        return None
+    fewest = math.ceil(episodes * episode_hours / concurrency / deadline - 1e-9)
+    per = "N/C/k" if nodes > 1 else "N/C"
+    return (
+        f"{deadline:g} h is shorter than the work at on-demand speed, {work:.4g} h ({per} = {rounds:g} "
+        f"rounds of {episode_hours:.4g} h): no market can meet it (the work fits by then only on {fewest} "
+        "or more nodes)"
+    )
+
+
+def check_deadline(workload: Workload) -> None:
+    """Refuse a deadline shorter than the work at on-demand speed (a PlacementError on deadline_hours)."""
+    w, deadline = workload, workload.deadline_hours
+    if deadline is None:
+        return
+    problem = deadline_problem(deadline, w.episodes, w.concurrency, w.nodes, w.episode_hours)
+    if problem:
+        raise PlacementError("deadline_hours", problem)
 
 
 def _interval(read: Reader, key: str, tau: float) -> tuple[float, float] | None:

@@ -22,8 +22,10 @@ Everything here is computed from the record in the store (read through `spoteval
    episode outcomes, the work interrupted attempts lost, cost (each allocation's logged price x its
    billed interval), and the measured efficiency next to the closed form's prediction for the
    measured D, tau, B and C.
-4. `workload_from_run(report, base)` is the placement workload for the next run, from the measured
-   numbers (what `scripts/placement.py --from-run` reads); the report ends with its decision.
+4. `next_run(report, Base(...))` is the placement workload for the next run: the measured numbers,
+   and from the base (the user's workload file, or the stack's block under its grant; never the
+   built-in example) what the record cannot know, each labelled; `scripts/placement.py --from-run`
+   and the drill read a run the same way, so all three give the same decision.
 
 `render(report)` prints the private report; `render(report, shared=True)` and
 `report_json(report, shared=True)` carry the method and measurements without instance ids,
@@ -79,9 +81,14 @@ from spoteval.report.load import (
     parse_record,
 )
 from spoteval.report.next_run import (
+    Base,
+    NextRun,
     build,
     decide,
+    decide_next,
     measured_workload,
+    next_run,
+    read_next_run,
     unmeasured,
     with_placement,
     workload_from_run,
@@ -104,9 +111,11 @@ __all__ = [
     "PROBLEM_CATEGORIES",
     "UNCENSORED",
     "Allocation",
+    "Base",
     "Efficiency",
     "Episodes",
     "Gap",
+    "NextRun",
     "Problem",
     "ReportError",
     "RunRecord",
@@ -118,12 +127,14 @@ __all__ = [
     "analyse",
     "build",
     "decide",
+    "decide_next",
     "estimate_tau",
     "fmt_s",
     "heartbeat_interval",
     "load_run",
     "measured_workload",
     "measurement_cycles",
+    "next_run",
     "node_statuses",
     "notice_tail_per_preemption",
     "origin_of",
@@ -131,6 +142,7 @@ __all__ = [
     "plot_timeline",
     "predicted_efficiency",
     "private_strings",
+    "read_next_run",
     "render",
     "report_json",
     "scrub",

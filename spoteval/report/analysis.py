@@ -163,6 +163,9 @@ class RunReport:
     #: preemptions as the agent and the provider saw them, when the record has the provider's events
     preemptions: Ledger | None = None
     pool: PoolFigures | None = None  # more than one node ran episodes: each node's share
+    #: the stack's deadline and what its spot policy says now (spoteval.report.deadline.DeadlineView)
+    deadline: Any = None
+    deadline_note: str = ""
 
     @property
     def run_allocations(self) -> list[Allocation]:

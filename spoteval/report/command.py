@@ -1,9 +1,11 @@
 """`python -m scripts.report` as one call: where the run is, what the record cannot know, what to print.
 
-`run_report(...)` finds the store and run (given, or from a stack's outputs), the base workload (a
-file, the stack's `spot-eval:workload` block, or the built-in example), builds the report with its
-next placement, writes the plot if asked and returns the text or JSON to print. Bad input is a
-`UsageError` (one line); the store's problems are `ReportError`s.
+`run_report(...)` finds the store and run (given, or from a stack's outputs: the stack is found as
+every command finds it, before `pulumi` is asked), the base for the next placement (the user's
+workload file, else the stack's `spot-eval:workload` block under the stack's grant, else nothing:
+the record alone; never the built-in example), builds the report with its next placement, writes
+the plot if asked and returns the text or JSON to print. Bad input is a `UsageError` (one line);
+the store's problems are `ReportError`s.
 """
 
 from __future__ import annotations
@@ -15,22 +17,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spoteval import placement
 from spoteval.clouds.base import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.clouds.registry import open_events
-from spoteval.config_reader import DocumentError, read_document
+from spoteval.config_reader import DocumentError, describe, read_mapping
 from spoteval.events.base import Capture, EventsError, Recorded, record
+from spoteval.placement import PlacementError
+from spoteval.placement.inputs import check_given, stack_workload
 from spoteval.report.as_json import report_json
 from spoteval.report.as_text import render
 from spoteval.report.load import ReportError, load_run
-from spoteval.report.next_run import build
+from spoteval.report.next_run import Base, build
 from spoteval.report.plot import plot_timeline
 from spoteval.stack import (
+    StackNotFound,
     StackOutputError,
+    find_stack,
     pulumi_stack_output,
     read_json,
-    read_stack_document,
-    stack_file,
+    shown_path,
     stack_settings,
 )
 from spoteval.store import Store, StoreError
@@ -46,9 +50,7 @@ def _read_json(path: str) -> Any:
     try:
         return read_json(Path(path))
     except DocumentError as exc:
-        if exc.reason == "malformed":
-            raise UsageError(f"{path}: not JSON: {exc.detail}") from None
-        raise UsageError(f"{path}: cannot read: {exc.detail}") from None
+        raise UsageError(describe(exc, "outputs file")) from None
 
 
 def _pulumi_outputs(stack: str) -> Any:
@@ -77,29 +79,33 @@ def stack_outputs(stack: str, outputs_file: str | None) -> Mapping[str, Any]:
     return data
 
 
-def stack_workload(stack: str) -> Mapping[str, Any] | None:
-    """The `spot-eval:workload` block of stacks/Pulumi.NAME.yaml, when the file has one."""
-    path = stack_file(REPO / "stacks", stack)
-    if not path.exists():
-        return None
+def stack_base(stack: str, stacks_dir: Path | None) -> Base:
+    """The stack's `spot-eval:workload` block under its grant (the options it cannot declare left
+    out), as the base of the next placement; the record alone when the stack has no block."""
     try:
-        doc = read_stack_document(path)
+        path = find_stack(stack, stacks_dir)
+        settings = stack_settings(read_mapping(path))
+        loaded = stack_workload(stack, settings, f"{shown_path(path)} (prices, deadline and grant)")
+    except StackNotFound as exc:
+        raise UsageError(str(exc)) from None
     except DocumentError as exc:
-        raise UsageError(f"{path}: not YAML: {exc.first_line}") from None
-    block = stack_settings(doc).get("workload")
-    return block if isinstance(block, dict) else None
+        raise UsageError(describe(exc, "stack file")) from None
+    except PlacementError as exc:
+        raise UsageError(f"{shown_path(path)}: {exc}") from None
+    return Base.of(loaded)
 
 
-def read_workload(path: str) -> Mapping[str, Any]:
+def workload_base(path: str) -> Base:
+    """The user's workload file as the base of the next placement; every key it gives is checked
+    as the placement checks it, even one a measurement will replace."""
     try:
-        doc = read_document(Path(path))
+        doc = read_mapping(Path(path))
+        check_given(doc)
     except DocumentError as exc:
-        if exc.reason == "malformed":
-            raise UsageError(f"{path}: not YAML: {exc.first_line}") from None
-        raise UsageError(f"{path}: cannot read: {exc.detail}") from None
-    if not isinstance(doc, dict):
-        raise UsageError(f"{path}: a workload is a mapping of keys")
-    return doc
+        raise UsageError(describe(exc, "workload file")) from None
+    except PlacementError as exc:
+        raise UsageError(f"--workload {path}: {exc}") from None
+    return Base(doc, path)
 
 
 def stack_capture(stack: str, found: Mapping[str, Any]) -> tuple[StackOutputs, Capture]:
@@ -139,41 +145,39 @@ def run_report(
     as_json: bool,
     plot: str | None,
     provider_events: bool = False,
+    stacks_dir: str | None = None,
 ) -> str:
     """The report the command line asks for, as the text to print. With `provider_events`, the
     stack's event capture is read and recorded first (a line on stderr says what was written)."""
-    base: Mapping[str, Any] | None = None
-    base_source = ""
+    base = Base({})
     capture: tuple[StackOutputs, Capture] | None = None
     if provider_events and not stack:
         raise UsageError("--provider-events reads the stack's event capture: give --stack NAME")
+    if outputs and not stack:
+        raise UsageError("--outputs gives a stack's outputs: give --stack NAME with it")
+    if stacks_dir and not stack:
+        raise UsageError("--stacks-dir is where --stack NAME is looked for: give --stack NAME with it")
     if stack:
         if store or run:
             raise UsageError("--stack replaces --store and --run: give one or the other")
+        base = stack_base(stack, Path(stacks_dir) if stacks_dir else None)
         found = stack_outputs(stack, outputs)
         if provider_events:
             capture = stack_capture(stack, found)
         url, run_id = str(found["bucket_url"]), str(found["run_id"])
-        base = stack_workload(stack)
-        if base is not None:
-            base_source = f"prices, deadline and grant from stacks/Pulumi.{stack}.yaml"
     else:
         if not store or not run:
             raise UsageError("give --store URL and --run ID (or --stack NAME)")
         url, run_id = store, run
     if workload:
-        base = read_workload(workload)
-        base_source = f"prices, deadline and grant from {workload}"
-    if base is None:
-        base = {k: v for k, v in placement.EXAMPLE_WORKLOAD.items() if k not in ("lifetime_hours",)}
-        base_source = "prices, deadline and grant from the built-in example workload (give --workload FILE)"
+        base = workload_base(workload)
     try:
         opened = Store(url)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
     if capture is not None:
         print(f"report: {record_provider_events(*capture, opened).summary()}", file=sys.stderr)
-    rep = build(opened, run_id, base, base_source)
+    rep = build(opened, run_id, base, stack=stack)
     if plot:
         try:
             plot_timeline(rep, plot, shared=shared)

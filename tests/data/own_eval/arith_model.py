@@ -3,7 +3,8 @@
     python arith_model.py --port PORT
 
 "What is A + B?" is answered with A + B, or A + B + 1 when the sum is a multiple of 3. Every answer
-appends `PID<TAB>QUESTION` to asked.log in the working folder.
+appends `PID<TAB>QUESTION` to asked.log in the working folder. On start it prints one line with its
+pid (`arith_model: serving on 127.0.0.1:PORT, pid PID`), so its log says which server was whose.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main() -> None:
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
+    print(f"arith_model: serving on 127.0.0.1:{args.port}, pid {os.getpid()}", flush=True)
     server.serve_forever(poll_interval=0.05)
 
 
