@@ -109,7 +109,9 @@ def test_agent_reads_the_spot_price_from_ec2_with_the_role_credentials(
         monkeypatch.delenv(name, raising=False)
     imds = FakeImdsWithRole()
     try:
-        config = _config(tmp_path, metadata_url=imds.url, price_api_url=moto_server.url)
+        # moto answers DescribeSpotPriceHistory in seconds on a loaded machine (it builds every
+        # type's history): the request may take as long as it needs here
+        config = _config(tmp_path, metadata_url=imds.url, price_api_url=moto_server.url, price_timeout_s=300)
         price = resolve_price(config)
     finally:
         imds.close()

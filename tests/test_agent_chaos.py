@@ -35,6 +35,8 @@ from tests.fake_metadata import (
 )
 from tests.faults import attempt_name, traced_attempts
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 
 @pytest.fixture
 def agents() -> Iterator[list[AgentProcess]]:

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fake_metadata import agent_config, write_config
 from tests.servers import REPO
+
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
 
 
 def _agent(*args: str) -> subprocess.CompletedProcess[str]:

@@ -37,6 +37,8 @@ from tests.fake_metadata import (
 from tests.faults import FakeGcpMaintenance, FaultyFront, GatedPrices
 from tests.servers import free_port
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 FAULTS = ("truncated", "garbage", "500", "bad_utf8", "hangup")
 TRIVIAL = ["sh", "-c", "echo '{\"ok\": true}' > {output}"]
 

@@ -25,6 +25,8 @@ from tests.fake_metadata import (
 )
 from tests.faults import GatedPrices
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 
 @pytest.fixture
 def agents() -> Iterator[list[AgentProcess]]:

@@ -44,6 +44,8 @@ from tests.faults import (
     traced_attempts,
 )
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 TRIVIAL = ["sh", "-c", 'echo \'{"ok": true, "id": "{episode_id}"}\' > {output}']
 
 

@@ -24,6 +24,8 @@ from tests.fake_metadata import wait_for
 from tests.faults import StoreFront, start_atomic_moto
 from tests.faulty_agent import PanicException
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 LAYOUT = RunLayout("r1")
 
 

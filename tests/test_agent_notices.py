@@ -21,6 +21,8 @@ from spoteval.record import utc_now
 from tests.fake_metadata import FakeAws, FakeAzure, FakeAzurePrices, FakeGcp, agent_config, wait_for
 from tests.servers import free_port
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 
 def _ctx(url: str, provider: str, poll_s: float = 0.05) -> notices.WatchContext:
     return notices.WatchContext(provider, url, poll_s, lambda message: None)

@@ -29,6 +29,8 @@ from tests.fake_metadata import (
     write_manifest,
 )
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 POOL = {"batch": 6, "renew_s": 0.5, "expiry_s": 5.0}
 
 
@@ -85,6 +87,12 @@ def _taken_over_holders(target: StoreTarget) -> dict[str, str]:
     }
 
 
+def _next_holder(holder: str) -> str:
+    """The holder id a fenced holder rejoins under (`{node}.{incarnation}-2`, then `-3`, ...)."""
+    base, _, generation = holder.rpartition("-")
+    return f"{base}-{int(generation) + 1}" if generation.isdigit() else f"{holder}-2"
+
+
 def _stolen(target: StoreTarget) -> list[str]:
     store = Store(target.url, target.options)
     out = []
@@ -132,21 +140,26 @@ def test_three_agents_one_lost_for_good_and_one_added_with_a_new_id(
         assert procs[n].wait(180) == 0, procs[n].stderr()
     record = read_record(store, "pool1")
     assert sorted(record.results) == ids
-    beyond = _completed(record) - 60
-    # The documented bound: at most one node's concurrency (3) of attempts complete twice per holder
-    # cut off from its claims while it ran: the lost node c, and any live holder whose renewals came
-    # later than the expiry on a loaded machine (its episodes were taken over while it still ran).
+    # nothing completes twice: what c finished (its attempt written, its result maybe not) is kept;
+    # a live holder whose renewals came later than the expiry on a loaded machine gives up what was
+    # taken over from it
+    assert _completed(record) == 60
     cut = _taken_over_holders(target)
     assert any(node == "c" for node in cut.values())
-    assert 0 <= beyond <= 3 * len(cut), (beyond, cut)
     ops = _claim_ops(target)
     assert any(op == "takeover" for op, node in ops)  # the lost node's episodes were taken over
     lost = [a for attempts in record.attempts.values() for a in attempts if a.details.get("lost")]
     assert lost and all(a.node == "c" and a.outcome == "interrupted" for a in lost)  # recorded by the takers
     assert all(record.results[a.episode_id].node != "c" for a in lost)
-    leases = store.list(PoolLayout("pool1").prefix + "leases/")
-    ends = [json.loads(store.get(k) or b"{}").get("end") for k in leases]
-    assert ends.count("expired") == 1 and ends.count("released") == 3
+    leases = [json.loads(store.get(k) or b"{}") for k in store.list(PoolLayout("pool1").prefix + "leases/")]
+    expired = {lease["holder"] for lease in leases if lease.get("end") == "expired"}
+    holders = {
+        json.loads(store.get(k) or b"{}")["holder"]
+        for k in store.list(PoolLayout("pool1").prefix + "holders/")
+    }
+    assert sum(h.startswith("c.") for h in expired) == 1  # the lost node's, ended after the expiry
+    assert all(_next_holder(h) in holders for h in expired if not h.startswith("c."))  # live: rejoined
+    assert [lease.get("end") for lease in leases].count("released") == 3
 
 
 def test_a_slow_node_at_the_end_has_its_unstarted_episodes_stolen(
@@ -185,7 +198,11 @@ def test_a_budget_bounds_the_money_of_all_nodes_together(
     record = read_record(Store(target.url, target.options), "pool1")
     stops = [e for e in record.events if e.kind == "stop"]
     assert [e.reason for e in stops] == ["stop_rule:budget", "stop_rule:budget"]
-    assert all(stop.details["spent"] >= 12.0 for stop in stops)  # the pool's money, seen by each node
+    # each node stopped once the pool's money, as it saw it, reached the budget: its own part and
+    # what the other node's leases said it had spent (the money spent while stopping comes after)
+    assert all(
+        stop.details["spent"] >= 12.0 > 0 and stop.details["own"] < stop.details["spent"] for stop in stops
+    )
     store = Store(target.url, target.options)
     finals = {}
     for key in store.list(PoolLayout("pool1").prefix + "leases/"):
@@ -193,7 +210,6 @@ def test_a_budget_bounds_the_money_of_all_nodes_together(
         if lease["end"] == "released":
             finals[lease["node"]] = lease["state"]["totals"]["cost"]
     assert sorted(finals) == ["a", "b"]
-    assert max(finals.values()) < 12.0  # each stopped before its own money reached the budget
     assert sum(finals.values()) >= 12.0
 
 

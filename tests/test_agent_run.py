@@ -33,6 +33,8 @@ from tests.fake_metadata import (
     write_manifest,
 )
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 
 @pytest.fixture
 def agents() -> Iterator[list[AgentProcess]]:

@@ -11,6 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from spoteval.store import Store
 from tests import test_agent_run
 from tests.conftest import StoreTarget
@@ -22,6 +24,8 @@ from tests.fake_metadata import (
     wait_for,
 )
 from tests.test_agent_run import GATED_EPISODE, _setup
+
+pytestmark = pytest.mark.timing
 
 agents = test_agent_run.agents  # the fixture: agents started here are cleaned up after the test
 

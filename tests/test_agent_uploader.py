@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from spoteval.agent.config import STORE_DEFAULTS
-from spoteval.agent.uploader import ATTEMPT, EVENT, Item, Uploader
+from spoteval.agent.uploader import ATTEMPT, EVENT, GIVE_UP, HOLD, WRITE, Item, Uploader
 from spoteval.record import Attempt, Event, RunLayout, format_time, parse_time, utc_now
 from spoteval.store import Store
 from tests import servers
@@ -156,3 +156,63 @@ def test_an_event_name_taken_by_other_content_takes_the_next_seq(
     keys = store.list(LAYOUT.events_prefix)
     assert len(keys) == 2 and keys[1].endswith("-000008.json")
     assert store.get(key) == b'{"other": true}'
+
+
+class _Gate:
+    """A pool's ruling on each attempt write, set by the test: WRITE, HOLD or GIVE_UP per episode."""
+
+    def __init__(self) -> None:
+        self.rulings: dict[str, str] = {}
+        self.asked: list[tuple[str, bool]] = []  # (episode, attempt written already)
+        self.written_ok: list[str] = []
+
+    def verdict(self, item: Item) -> str:
+        episode = str(item.payload["episode_id"])
+        self.asked.append((episode, item.attempt_written))
+        return self.rulings.get(episode, WRITE)
+
+    def written(self, item: Item, ruled: float) -> None:
+        self.written_ok.append(str(item.payload["episode_id"]))
+
+
+def test_a_pool_nodes_attempt_is_written_held_or_given_up_as_its_lease_rules(tmp_path: Path) -> None:
+    store = Store(f"file://{tmp_path}/store")
+    gate = _Gate()
+    given_up: list[Item] = []
+    done: list[Item] = []
+    spool = tmp_path / "spool"
+    up = Uploader(store, LAYOUT, str(spool), gate=gate, on_given_up=given_up.append, on_done=done.append)
+    try:
+        gate.rulings = {"held": HOLD, "lost": GIVE_UP}
+        items = {
+            e: up.submit(Item(ATTEMPT, _attempt(e), write_result=True, holder="n1.i1")) for e in gate.rulings
+        }
+        plain = up.submit(Item(ATTEMPT, _attempt("lone"), write_result=True))  # no holder: never asked
+        assert wait_for(lambda: items["lost"].done.is_set() and plain.done.is_set(), 30)
+        assert items["lost"].outcome == "given_up" and given_up == [items["lost"]]
+        assert store.get(LAYOUT.attempt("lost", 1)) is None and store.get(LAYOUT.result("lost")) is None
+        assert store.get(LAYOUT.result("lone")) is not None
+        held = items["held"]
+        assert wait_for(lambda: len([a for a in gate.asked if a[0] == "held"]) >= 3, 30)  # asked again
+        assert not held.done.is_set() and up.outstanding == 1 and store.get(LAYOUT.attempt("held", 1)) is None
+        assert sorted(os.listdir(spool)) == [os.path.basename(held.spool_path)]  # still spooled
+        gate.rulings["held"] = WRITE  # the lease was renewed
+        assert up.flush(30)
+        assert held.outcome == "created" and held.result_written
+        assert store.get(LAYOUT.result("held")) is not None and gate.written_ok == ["held"]
+        # written, then the lease ends before the result: the attempt stays, the result is the taker's
+        gate.rulings = {}
+        late = Item(ATTEMPT, _attempt("late"), write_result=True, holder="n1.i1")
+        original = gate.verdict
+
+        def after_the_attempt(item: Item) -> str:
+            return GIVE_UP if item.attempt_written else original(item)
+
+        gate.verdict = after_the_attempt  # type: ignore[method-assign]
+        up.submit(late)
+        assert up.flush(30)
+        assert late.outcome == "result_given_up" and not late.result_written and late in done
+        assert store.get(LAYOUT.attempt("late", 1)) is not None and store.get(LAYOUT.result("late")) is None
+        assert os.listdir(spool) == []
+    finally:
+        up.close()

@@ -11,6 +11,7 @@ import pytest
 from spoteval.claims import ChunkLog, Counting, Entry, Pool, PoolLayout, read_start
 from spoteval.claims.io import first_missing
 from spoteval.claims.model import dumps
+from spoteval.claims.takeover import Settled, Takeover
 from spoteval.record import RunLayout
 from spoteval.store import Store
 
@@ -235,7 +236,7 @@ def test_a_node_that_leaves_in_order_is_taken_over_at_once(store: Store) -> None
     assert drain(b, store, 20) == eps  # no waiting: A's chunk is taken over, then chunk 1
 
 
-def test_a_restarted_node_ends_its_earlier_holder_without_waiting(store: Store) -> None:
+def test_a_restarted_node_takes_its_earlier_holders_episodes_back_then_ends_its_lease(store: Store) -> None:
     clock = Clock()
     eps = episodes(20)
     a1 = pool(store, "a", eps, clock, inc="first")
@@ -245,8 +246,67 @@ def test_a_restarted_node_ends_its_earlier_holder_without_waiting(store: Store) 
     a2.join([])
     end = json.loads(store.get(LAYOUT.lease(a1.holder, 1)) or b"{}")
     assert end["end"] == "replaced" and end["by"] == a2.holder
+    # before the end: one takeover of chunk 0, what a1 had started still started (a2 runs it first)
+    entry = json.loads(store.get(LAYOUT.chunk(0, 1)) or b"{}")
+    assert (entry["op"], entry["from"], entry["ranges"]) == ("takeover", a1.holder, [[0, 3]])
+    assert store.get(LAYOUT.lease(a1.holder, 1)) is not None
     assert drain(a2, store, 20) == eps
-    assert a2.counts["taken_over"] == 1
+    assert (a2.counts["taken_over"], a2.counts["reclaimed"]) == (0, 10)
+    assert [a2.standing(e, a1.holder) for e in eps[:3]] == ["own"] * 3  # its attempts are a2's now
+
+
+def test_a_takeover_keeps_settled_episodes_started_whatever_the_taker_knew_of_their_results(
+    store: Store,
+) -> None:
+    clock = Clock()
+    eps = episodes(10)
+    layout = RunLayout(RUN)
+    c = pool(store, "c", eps, clock)
+    c.join([])
+    assert c.take(3) == eps[:3]
+    for e in eps[:3]:  # c finished them (results in the store) and was lost before any `done` entry
+        store.put_new(layout.result(e), b"{}")
+    a = pool(store, "a", eps, clock)
+    a.join([])
+    clock.t += 5.0
+    a.tick()
+    assert a.take(10) == eps[3:]  # its check found the three results: settled, started, not run
+    b = pool(store, "b", eps, clock)  # a is lost in turn; b knew of the three results when it joined
+    b.join(eps[:3])
+    clock.t += 5.0
+    b.tick()
+    assert b.take(10) == eps[3:]
+    chunk = b.logs[0]
+    assert chunk.owner == [b.holder] * 10
+    # settled: started in the log, so a node that knows nothing of their results cannot steal them
+    assert chunk.started == [True] * 10 and chunk.unstarted(b.holder) == []
+    newcomer = pool(store, "n", eps, clock)
+    newcomer.join([])
+    assert newcomer.take(10) == [] and newcomer.counts["stolen"] == 0
+
+
+def test_a_takeover_another_node_wrote_while_this_one_checked_writes_nothing_here(store: Store) -> None:
+    clock = Clock()
+    eps = episodes(20)
+    c = pool(store, "c", eps, clock)
+    c.join([])
+    c.take(3)  # then lost
+    a, b = pool(store, "a", eps, clock), pool(store, "b", eps, clock)
+    a.join([])
+    b.join([])
+    clock.t += 5.0
+    a.tick()
+    b.tick()
+    committed: list[frozenset[str]] = []
+
+    def check(takeover: Takeover) -> Settled:
+        assert b.take(10) == eps[:10]  # b takes c's episodes over while a reads their record
+        return Settled(commit=committed.append)
+
+    a.check = check
+    assert a.take(10) == eps[10:]  # nothing of c's is left for a: it claims the next chunk
+    assert committed == []  # so it records nothing of c's episodes (b did)
+    assert [op for ch, op, _ in chunk_ops(store) if ch == 0].count("takeover") == 1
 
 
 # --- stealing at the end ----------------------------------------------------------------------

@@ -16,6 +16,8 @@ from spoteval.record import RunLayout
 from spoteval.store import Store, StoreError
 from tests.conftest import StoreTarget
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 RUN = "race"
 EPISODES = [f"e{i:03d}" for i in range(120)]
 BATCH = 8

@@ -19,8 +19,11 @@ import pytest
 from scripts import drill as drill_cli
 from spoteval import drill, report, sample_episode
 from spoteval.agent.episodes import SETTLE_S
-from spoteval.record import Attempt, RunLayout
+from spoteval.record import Attempt, RunLayout, parse_time
 from spoteval.store import Store
+
+# also run beside two busy processes (.ci/loaded-pass); the module's drill runs in its first test
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(900)]
 
 # Seed 18 draws lifetimes of 2.4, 7.6, 6.9, 10.2, 6.9, 30.3, 7.4, 18.9, ... s: about five preemptions
 # before the run can finish (more on a loaded machine, where episodes run slower). For this seed the
@@ -42,7 +45,7 @@ SETTINGS = drill.DrillConfig(
     max_attempts=2,
     heartbeat_s=2.0,
     server_startup_s=0.2,
-    timeout_s=170.0,
+    timeout_s=600.0,  # stops a drill that hangs; how long one takes depends on the machine's load
 )
 
 
@@ -131,9 +134,20 @@ def test_interrupted_attempts_are_the_episodes_in_flight_at_each_kill(drilled: D
             for a in drilled.attempts
             if kill.launched <= a.started <= kill.notice_at <= a.ended and a.started < kill.killed_at
         ]
-        interrupted = {a.episode_id for a in running if a.outcome == "interrupted"}
-        finished_in_window = {a.episode_id for a in running if a.outcome != "interrupted"}
         in_flight = set(kill.in_flight)
+        # started (stamped just before its process is made) before the freeze, but its process ran
+        # only after the notice: the controller's snapshot could not show it; killed by the agent's
+        # shutdown a moment later
+        launching = {
+            a.episode_id
+            for a in running
+            if a.outcome == "interrupted"
+            and a.episode_id not in in_flight
+            and "spawned" in a.details
+            and parse_time(a.details["spawned"]) >= kill.notice_at
+        }
+        interrupted = {a.episode_id for a in running if a.outcome == "interrupted"} - launching
+        finished_in_window = {a.episode_id for a in running if a.outcome != "interrupted"}
         # every episode the controller saw running is recorded, interrupted or finished in the window
         assert interrupted <= in_flight
         assert in_flight <= interrupted | finished_in_window
@@ -142,7 +156,7 @@ def test_interrupted_attempts_are_the_episodes_in_flight_at_each_kill(drilled: D
         # an episode that had already exited when the node was frozen is stamped `ended` by the
         # agent once the node runs again, a moment after the notice: finished, never interrupted
         for a in running:
-            if a.episode_id not in in_flight:
+            if a.episode_id not in in_flight and a.episode_id not in launching:
                 assert a.outcome != "interrupted"
                 assert kill.notice_at <= a.ended <= kill.killed_at, a
         matched |= {(a.episode_id, a.attempt) for a in running if a.outcome == "interrupted"}
@@ -209,6 +223,27 @@ def _left_out_by_the_closed_form_s(drilled: Drilled) -> float:
     return before + (first - serving.start).total_seconds() + (final.end - last).total_seconds()
 
 
+def _between_episodes_s(drilled: Drilled) -> float:
+    """The billed seconds the closed form leaves out because it runs episodes back to back: while a
+    node serves, a slot waits between one attempt's end and the next one's start (the agent records
+    the attempt, makes the next dispatch's journal durable and spawns its process). Per allocation,
+    from its first attempt to its notice (the last allocation: to the last dispatch, where the last
+    round begins), the slot time no attempt covers, over C. It grows with the machine's load."""
+    c = SETTINGS.concurrency
+    run = sorted((a for a in drilled.report.allocations if a.kind == "run"), key=lambda a: a.start)
+    last = max(a.started for a in drilled.attempts)
+    idle = 0.0
+    for alloc in run:
+        inside = [a for a in drilled.attempts if alloc.start <= a.started < alloc.end]
+        if not inside:
+            continue
+        begin = min(a.started for a in inside)
+        end = last if alloc is run[-1] else (alloc.notice or alloc.end)
+        busy = sum(max(0.0, (min(a.ended, end) - max(a.started, begin)).total_seconds()) for a in inside)
+        idle += max(0.0, c * (end - begin).total_seconds() - busy) / c
+    return idle
+
+
 def test_measured_efficiency_is_within_ten_percent_of_the_closed_form(drilled: Drilled) -> None:
     eff = drilled.report.efficiency
     assert eff.measured is not None and eff.predicted is not None
@@ -223,10 +258,10 @@ def test_measured_efficiency_is_within_ten_percent_of_the_closed_form(drilled: D
         durations, eff.concurrency, eff.tau_s, boot, eff.wait_s or 0.0
     )
     assert eff.measured == pytest.approx(eff.useful_node_hours / eff.billed_node_hours, rel=1e-12)
-    # the closed form's billed hours, plus the first boot and the last partial round it leaves out
-    predicted_billed_s = eff.useful_node_hours * 3600.0 / eff.predicted + _left_out_by_the_closed_form_s(
-        drilled
-    )
+    # the closed form's billed hours, plus what it leaves out: the first boot, the last partial round,
+    # and the agent's own time between one episode and the next
+    left_out = _left_out_by_the_closed_form_s(drilled) + _between_episodes_s(drilled)
+    predicted_billed_s = eff.useful_node_hours * 3600.0 / eff.predicted + left_out
     predicted = eff.useful_node_hours * 3600.0 / predicted_billed_s
     assert abs(eff.measured - predicted) / predicted <= 0.10, (eff.measured, predicted, eff.predicted)
     assert 0.4 < eff.measured < 1.0
@@ -261,7 +296,7 @@ def test_the_drill_command_on_s3_prints_the_report_and_the_decision(
             "--out",
             "out",
             "--timeout-s",
-            "60",
+            "600",
         ]
     )
     out = capsys.readouterr().out

@@ -27,6 +27,9 @@ from spoteval.report import load_run
 from spoteval.store import Store
 from tests.servers import REPO
 
+# also run beside two busy processes (.ci/loaded-pass); a harness drill loaded takes minutes
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(900)]
+
 SHARD = "spoteval_tiny-0001"
 #: the stand-in answers rows 0, 1, 3, 5, 6 and 8 of the shipped tasks as their targets say
 RIGHT = {0, 1, 3, 5, 6, 8}

@@ -28,6 +28,8 @@ from spoteval.store import Store
 from tests import servers
 from tests.fake_metadata import wait_for
 
+pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
+
 
 def gated(gate: Path) -> tuple[str, ...]:
     """An episode that finishes once `gate` exists."""

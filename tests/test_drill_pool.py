@@ -1,16 +1,18 @@
 """The drill as a pool (`--nodes 3`): three agents of one run on the local plane share its episodes
 through claims while the chaos controller takes nodes away and the operator brings each back.
 
-One drill runs for the module (about 20 s on 2 cores). The nodes are killed outright (SIGKILL of
-everything they started) and restarted under the same node id, whose new incarnation ends its lost
-holder's lease at once; no node is ever cut off from the store while it runs, so no claim is taken
-over from a live node and no episode completes twice: completed attempts beyond one per episode are
-exactly 0 (the bound the README's Pools section states for a node cut off alive is its
-concurrency).
+One drill runs for the module (about 20 s on 2 cores, minutes on a loaded machine). The nodes are
+killed outright (SIGKILL of everything they started) and restarted under the same node id, whose new
+incarnation takes its lost holder's episodes back and ends its lease at once. Completed attempts
+beyond one per episode are exactly 0 whatever the load: a node lost between its attempt write and
+its result write leaves the finished attempt, whose result its restart or its taker writes; a live
+node whose lease another node ended (renewals later than the expiry on a loaded machine) gives up
+what was taken over (README, Pools: "What runs twice, and what never does").
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +22,12 @@ import pytest
 
 from scripts import drill as drill_cli
 from spoteval import drill, report
+from spoteval.claims import PoolLayout
 from spoteval.record import Attempt
 from spoteval.store import Store
+
+# also run beside two busy processes (.ci/loaded-pass); the module's drill runs in its first test
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(900)]
 
 SETTINGS = drill.DrillConfig(
     out=Path("unused"),
@@ -36,7 +42,7 @@ SETTINGS = drill.DrillConfig(
     max_attempts=2,
     heartbeat_s=2.0,
     server_startup_s=0.2,
-    timeout_s=170.0,
+    timeout_s=600.0,  # stops a drill that hangs; how long one takes depends on the machine's load
     nodes=3,
 )
 NODES = ("drill-node-1", "drill-node-2", "drill-node-3")
@@ -88,12 +94,27 @@ def test_every_node_served_and_each_was_taken_and_brought_back_as_the_record_say
     assert {a.node for a in drilled.results.values()} == set(NODES)
 
 
+def _fenced(drilled: Drilled) -> set[str]:
+    """Incarnations whose lease another node ended while they still ran (on a loaded machine a live
+    node's renewals can come later than the expiry): each rejoined as `{node}.{incarnation}-2`."""
+    store = Store(drilled.result.store_url, drilled.result.store_options)
+    holders = [
+        json.loads(store.get(key) or b"{}")["holder"]
+        for key in store.list(PoolLayout(drilled.result.run_id).prefix + "holders/")
+    ]
+    return {h.split(".", 1)[1].rsplit("-", 1)[0] for h in holders if h.rsplit("-", 1)[-1].isdigit()}
+
+
 def test_interrupted_attempts_are_those_of_a_node_while_it_was_being_taken(drilled: Drilled) -> None:
     kills = drilled.result.kills
+    fenced = _fenced(drilled)
     interrupted = [a for a in drilled.attempts if a.outcome == "interrupted"]
     assert len(interrupted) > 0
     for a in interrupted:
-        assert any(k.node == a.node and k.launched <= a.started <= k.killed_at for k in kills), a
+        # taken with its node, or given up by a live holder whose lease was ended (recorded by its taker)
+        taken = any(k.node == a.node and k.launched <= a.started <= k.killed_at for k in kills)
+        given_up = a.details.get("lost") is True and a.details["incarnation"] in fenced
+        assert taken or given_up, a
         assert drilled.results[a.episode_id].outcome != "interrupted"
     for k in kills:  # each episode in flight at a notice has its attempt (ended by it, or finished in time)
         at = k.notice_at or k.killed_at

@@ -11,8 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from spoteval.agent.procgroup import SHM_DIR, marked
 from tests.node_guard import NOTE_EVERY_S, NodeGuard
+
+pytestmark = pytest.mark.timing
 
 #: a stand-in node (its command line holds the drill's folder, argv[1]): starts an engine that
 #: carries no mark of the folder (another session, an empty environment, a command line of its

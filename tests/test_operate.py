@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from spoteval.clouds import ControlPlane, PlaneConfig, StackOutputs, open_plane
+from spoteval.clouds import ControlPlane, NodeState, PlaneConfig, Price, StackOutputs, open_plane
 from spoteval.clouds.nebius import NebiusPlane
 from spoteval.clouds.runpod import RunpodApi, RunpodPlane
 from spoteval.grant import Grant
@@ -456,3 +456,50 @@ def test_one_node_failing_unexpectedly_leaves_the_others_operated(
         ("broken-1", "error", "unexpected RuntimeError: socket closed"),
         (good.node, "started", "restart_after_preemption at 0.5 USD/h (configured)"),
     ]
+
+
+class _Finishing:
+    """A node whose agent records its own stop and ends at the moment the operator asks its state
+    (as a pool node that finds nothing left does)."""
+
+    provider = "gcp"
+    restarts_itself = False
+    can_stay_stopped = True
+
+    def __init__(self, node: str, record: Record) -> None:
+        self.node, self.record, self.starts = node, record, 0
+        self.outputs = StackOutputs(
+            "gcp", "r", "z", (node,), "g2", "spot", "file:///unused", "r1", 0, "private"
+        )
+
+    def state(self) -> NodeState:
+        if not self.starts:
+            self.record.event(30, self.node, "stop", "stop_rule:idle")  # written, then the node ends
+        return NodeState("stopped", "TERMINATED")
+
+    def start(self, timeout_s: float) -> None:
+        self.starts += 1
+
+    def stop(self, timeout_s: float) -> None:
+        raise AssertionError("nothing to stop")
+
+    def address(self) -> str | None:
+        return None
+
+    def simulate_preemption(self, timeout_s: float) -> str:
+        raise AssertionError("not a measurement")
+
+    def price_now(self) -> Price:
+        return Price(0.5, "USD", "configured")
+
+
+def test_a_node_that_records_its_stop_and_ends_as_it_is_checked_is_not_taken_for_lost(
+    record: Record,
+) -> None:
+    record.manifest(["e1", "e2"])
+    record.event(0, "n1", "start", "initial", heartbeat_s=30)
+    plane = _Finishing("n1", record)
+    op = Operator(plane.outputs, {"n1": plane}, Grant(), record.store, timing=TIMING, clock=Clock())
+    [line] = op.check_all()  # its state is read first, then the record: the stop is seen
+    assert (line.status.status, line.action, plane.starts) == (STOPPED_BY_RULE, "watching", 0)
+    assert record.operator_events() == []

@@ -18,7 +18,10 @@ from spoteval.agent.config import ServerConfig
 from spoteval.agent.episodes import ModelServer
 from spoteval.agent.procgroup import end_group, members
 
-pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /proc and /dev/shm (Linux)")
+pytestmark = [
+    pytest.mark.timing,
+    pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /proc and /dev/shm (Linux)"),
+]
 
 #: a "server" that creates a shared memory segment, starts a child that maps it (same group, as an
 #: engine process is), writes the child's pid to a file, and waits

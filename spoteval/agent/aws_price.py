@@ -167,6 +167,7 @@ def spot_price_now(
     endpoint: str | None = None,
     now: datetime | None = None,
     environ: Mapping[str, str] | None = None,
+    timeout_s: float = 5.0,
 ) -> SpotPrice | None:
     """Ask EC2 for the current spot price of `instance_type` in `zone`; None when it lists none."""
     creds = credentials(metadata_url, environ)
@@ -187,7 +188,7 @@ def spot_price_now(
         service="ec2",
         now=when,
     )
-    reply = http(url, headers=headers, timeout=5.0)
+    reply = http(url, headers=headers, timeout=timeout_s)
     if reply.status != 200:
         raise OSError(f"DescribeSpotPriceHistory answered {reply.status}: {reply.body[:200]!r}")
     return parse_spot_price_history(reply.body, zone)

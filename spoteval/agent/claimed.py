@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -23,10 +24,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from spoteval.agent import history as hist
-from spoteval.agent.pool_start import lost_on_takeover, read_pool_history
+from spoteval.agent.pool_start import read_pool_history
 from spoteval.agent.scale_zero import ScaleTarget, parse_target
-from spoteval.agent.uploader import ATTEMPT, Item, Uploader
+from spoteval.agent.taken_over import Book, takeover_check
+from spoteval.agent.uploader import ATTEMPT, GIVE_UP, HOLD, WRITE, Gate, Item, Uploader
 from spoteval.claims import Pool
+from spoteval.claims.takeover import LOST, OWN, WAIT
 from spoteval.record import Event, RecordError, RunLayout, format_time, parse_time, utc_now
 from spoteval.store import Store, StoreError
 
@@ -103,6 +106,44 @@ class EpisodeQueue:
         """Wall time since the run's first start (pools), else None."""
         return None
 
+    # what this node's attempts may do (a pool's lease rules; a lone node: everything, always)
+
+    def holder(self) -> str | None:
+        """The lease holder this node's work runs under now (None: no pool)."""
+        return None
+
+    def holder_of(self, episode: str) -> str | None:
+        """The holder under which the episode was taken (None: no pool)."""
+        return None
+
+    def standing(self, episode: str, holder: str | None) -> str:
+        """OWN, WAIT or LOST for an attempt of `episode` under `holder` (spoteval/claims/takeover.py)."""
+        return OWN
+
+    def heir(self, holder: str | None, episode: str) -> str | None:
+        """The holder an attempt started under `holder` belongs to now."""
+        return holder
+
+    def startable(self) -> bool:
+        """Attempts may start now (a pool node: its lease is valid)."""
+        return True
+
+    def epoch(self) -> int:
+        """Changes whenever what this node holds may have changed under it (a fence, a reclaim)."""
+        return 0
+
+    def gate(self) -> Gate | None:
+        """What rules on this node's attempt writes (None: nothing, they are written)."""
+        return None
+
+    def keeps(self, item: Item) -> bool:
+        """Whether a spooled attempt of an earlier incarnation is still this node's to write."""
+        return True
+
+    def has_result(self, episode: str) -> bool:
+        """Whether the episode is known to have its result in the store."""
+        return False
+
 
 class ClaimQueue(EpisodeQueue):
     """Episodes this node may start, taken through the run's claims (see the module docstring)."""
@@ -115,13 +156,11 @@ class ClaimQueue(EpisodeQueue):
         log: Callable[[str], None],
         noticed: threading.Event,
         state: Callable[[], dict[str, Any]],
-        record_lost: Callable[[str, list[str]], None] = lambda source, episodes: None,
     ) -> None:
         super().__init__()
         self.pool, self.final, self.log, self.noticed = pool, final, log, noticed
         self.state_of = state
-        self.record_lost = record_lost
-        self.takeovers_seen = 0
+        self.taken_by: dict[str, str] = {}  # episode -> the holder it was taken under
         self.closed = False
         self.joined = False
         self.state: dict[str, Any] = {}
@@ -144,7 +183,15 @@ class ClaimQueue(EpisodeQueue):
     ) -> hist.History:
         """Join the pool; the earlier incarnations come from its leases, not from the events."""
         history = read_pool_history(
-            self.pool, store, layout, order, node=node, now=now, executor=pool, extra_events=extra_events
+            self.pool,
+            store,
+            layout,
+            order,
+            node=node,
+            now=now,
+            executor=pool,
+            extra_events=extra_events,
+            state=self.state_of(),
         )
         self.joined = True
         first = self.pool.view.summary.first if self.pool.view is not None else ""
@@ -189,17 +236,18 @@ class ClaimQueue(EpisodeQueue):
         try:
             got = self.pool.take(free - len(self.local))
         except StoreError as exc:
+            self.pool.note_trouble()
             self.log(f"pool: taking episodes: {exc}; retrying")
             return
         self.taken += len(got)
-        self.local.extend(e for e in got if e not in self.final)
+        holder = self.pool.holder
+        queued = set(self.local)
+        for episode in got:
+            self.taken_by[episode] = holder
+            if episode not in self.final and episode not in queued:
+                self.local.append(episode)
+                queued.add(episode)
         self._sync()
-        for source, episodes in self.pool.takeovers[self.takeovers_seen :]:
-            try:
-                self.record_lost(source, episodes)
-            except StoreError as exc:  # the episodes run again all the same; a later start records them
-                self.log(f"pool: reading what {source} had in flight: {exc}")
-        self.takeovers_seen = len(self.pool.takeovers)
 
     def __bool__(self) -> bool:
         return bool(self.local)
@@ -233,6 +281,49 @@ class ClaimQueue(EpisodeQueue):
 
     def runtime_s(self) -> float | None:
         return None if self.first is None else max(0.0, utc_now().timestamp() - self.first)
+
+    def holder(self) -> str | None:
+        return self.pool.holder
+
+    def holder_of(self, episode: str) -> str | None:
+        return self.taken_by.get(episode, self.pool.holder)
+
+    def standing(self, episode: str, holder: str | None) -> str:
+        return self.pool.standing(episode, holder)
+
+    def heir(self, holder: str | None, episode: str) -> str | None:
+        return self.pool.heir(holder, episode)
+
+    def startable(self) -> bool:
+        return not self.pool.enabled or self.pool.valid()
+
+    def epoch(self) -> int:
+        return self.pool.epoch
+
+    def gate(self) -> Gate:
+        return self
+
+    def keeps(self, item: Item) -> bool:
+        episode = str(item.payload.get("episode_id", ""))
+        return item.kind != ATTEMPT or not item.holder or self.standing(episode, item.holder) != LOST
+
+    def has_result(self, episode: str) -> bool:
+        i = self.pool.index.get(episode)
+        return i is not None and i in self.pool.done
+
+    # the Gate of this node's attempt writes (spoteval/agent/uploader.py)
+
+    def verdict(self, item: Item) -> str:
+        standing = self.standing(str(item.payload.get("episode_id", "")), item.holder or None)
+        return {OWN: WRITE, WAIT: HOLD}.get(standing, GIVE_UP)
+
+    def written(self, item: Item, ruled: float) -> None:
+        took = time.monotonic() - ruled
+        if took >= self.pool.plan.expiry_s / 2:
+            self.log(
+                f"pool: the attempt of {item.payload.get('episode_id')} reached the store {took:.1f} s "
+                "after its lease was last confirmed: another node may have run it again"
+            )
 
 
 @dataclass(frozen=True)
@@ -287,6 +378,8 @@ class AgentView(Protocol):
     order: list[str]
     incarnation: str
     final: set[str]
+    failures: dict[str, int]
+    next_n: dict[str, int]
     log: Callable[[str], None]
     noticed: threading.Event
     pending: EpisodeQueue
@@ -306,16 +399,17 @@ class AgentView(Protocol):
     def _cost(self) -> float | None: ...
 
 
-def figures(agent: AgentView) -> tuple[float, float | None]:
-    """(node time or wall time for max_runtime, money for the budget) that the stop rules compare:
-    this node's view of the run for a lone node; the whole pool's in a pool (every node's money, and
-    the wall time since the run's first start)."""
+def figures(agent: AgentView) -> tuple[float, float | None, float | None]:
+    """(node time or wall time for max_runtime, money for the budget, this node's own part of that
+    money or None) that the stop rules compare: this node's view of the run for a lone node; the
+    whole pool's in a pool (every node's money, and the wall time since the run's first start)."""
     runtime = agent.pending.runtime_s()
     if runtime is None:
-        return agent._uptime_s(), agent._cost()
+        return agent._uptime_s(), agent._cost(), None
     mine_s, price = agent._mine_s(), agent.price.per_hour
-    _, cost = agent.pending.run_wide(mine_s, None if price is None else price * mine_s / 3600.0)
-    return runtime, cost
+    own = None if price is None else price * mine_s / 3600.0
+    _, cost = agent.pending.run_wide(mine_s, own)
+    return runtime, cost, own
 
 
 def queue_for(agent: AgentView) -> EpisodeQueue:
@@ -335,20 +429,15 @@ def queue_for(agent: AgentView) -> EpisodeQueue:
         expiry_s=settings.expiry_s,
         log=lambda message: agent.log(f"pool: {message}"),
     )
-
-    def record_lost(source: str, episodes: list[str]) -> None:
-        lost = lost_on_takeover(
-            pool,
-            agent.store,
-            source,
-            episodes,
-            incarnation=agent.incarnation,
-            max_attempts=config.episodes.max_attempts,
-        )
-        for attempt in lost:
-            agent.up.submit(Item(ATTEMPT, attempt.to_json()))
-        if lost:
-            agent.log(f"recorded {len(lost)} attempt(s) {source} had in flight as interrupted (node lost)")
+    pool.check = takeover_check(
+        pool,
+        agent.store,
+        lambda: agent.up,
+        Book(agent.final, agent.failures, agent.next_n),
+        incarnation=agent.incarnation,
+        max_attempts=config.episodes.max_attempts,
+        log=agent.log,
+    )
 
     return ClaimQueue(
         pool,
@@ -356,7 +445,6 @@ def queue_for(agent: AgentView) -> EpisodeQueue:
         log=agent.log,
         noticed=agent.noticed,
         state=lambda: lease_state(agent),
-        record_lost=record_lost,
     )
 
 

@@ -108,6 +108,7 @@ class AgentConfig:
     metadata_poll_s: float | None = None
     price: PriceConfig | None = None
     price_api_url: str | None = None
+    price_timeout_s: float = 5.0  # how long one price API request may take
     stop_rules: StopRules = StopRules()
     heartbeat_s: float = 30.0
     spool_dir: str = DEFAULT_SPOOL_DIR
@@ -310,6 +311,7 @@ def parse(raw: object) -> AgentConfig:
         metadata_poll_s=metadata_poll_s,
         price=price,
         price_api_url=price_api_url,
+        price_timeout_s=top.number("price_timeout_s", 5.0, positive=True),
         stop_rules=rules,
         heartbeat_s=top.number("heartbeat_s", 30.0, positive=True),
         spool_dir=_abs_path(top.opt_string("spool_dir"), "spool_dir") or DEFAULT_SPOOL_DIR,

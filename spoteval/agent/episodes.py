@@ -62,7 +62,7 @@ class Running:
 
     episode_id: str
     dispatch: int
-    started: datetime
+    started: datetime  # stamped just before the process is made
     started_mono: float
     output_path: str
     log_path: str
@@ -75,6 +75,7 @@ class Running:
     ended: datetime | None = None
     ended_mono: float = 0.0
     spawn_error: str | None = None
+    spawned: datetime | None = None  # once its process runs (the command exec'd: `Popen` returned)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -130,6 +131,7 @@ def spawn(
         run.ended, run.ended_mono = utc_now(), time.monotonic()
         on_exit(run)
         return
+    run.spawned = utc_now()
     proc = run.proc
 
     def wait() -> None:

@@ -13,8 +13,9 @@ uploader only post messages to its queue. The order of a run:
    (agent/spooled.py), so it is neither lost nor run again;
 5. `start` event, wait for the server, dispatch, `ready` event;
 6. every ended attempt goes to the uploader at once (spool first); a heartbeat listing what is in
-   flight is durable before new attempts start, and every `heartbeat_s`; the price is re-read at
-   its interval (agent/price.py);
+   flight is durable before new attempts start, and every `heartbeat_s` (agent/attempts.py); a
+   pool node runs and records only what its lease holder holds (agent/holding.py); the price is
+   re-read at its interval (agent/price.py);
 7. a notice or a stop rule ends the run: see spoteval/agent/stopping.py. A notice that comes while
    the record is still being read ends it there; a store that refuses writes for good ends it with
    exit code 1.
@@ -23,7 +24,6 @@ uploader only post messages to its queue. The order of a run:
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import queue
 import threading
@@ -32,16 +32,18 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from spoteval.agent import claimed, tally
 from spoteval.agent import episodes as ep
 from spoteval.agent import history as hist
+from spoteval.agent.attempts import UPLOAD_THREADS, Attempts
 from spoteval.agent.aws_metric import start_publisher
-from spoteval.agent.boot import billed_from, boot_times, ready_details
+from spoteval.agent.boot import billed_from, boot_times
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.evalenv import Prepared, Preparing
 from spoteval.agent.health import ServerWatch
+from spoteval.agent.holding import Holding
 from spoteval.agent.notices import (
     SIGTERM_GRACE_S,
     Notice,
@@ -52,21 +54,17 @@ from spoteval.agent.notices import (
     stderr_log,
 )
 from spoteval.agent.price import DEFAULT_CURRENCY, Ledger, Price, refresh_interval, reread, resolve_price
-from spoteval.agent.rules import RunState, Stop, outage_backlog, should_stop
+from spoteval.agent.rules import RunState, Stop, should_stop
 from spoteval.agent.starting import Starting
 from spoteval.agent.stopping import NOTICE_WAIT_S, Fatal, Stopping
-from spoteval.agent.uploader import ATTEMPT, EVENT, Item, Uploader
+from spoteval.agent.uploader import EVENT, Item, Uploader
 from spoteval.billing import POOL_KEY
 from spoteval.manifest import ManifestEntry
-from spoteval.record import Attempt, Event, RunLayout, format_time, utc_now
+from spoteval.record import Event, RunLayout, format_time, utc_now
 from spoteval.store import Store
 
-JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway
-UPLOAD_THREADS: Final = 16
-BACKLOG: Final = 2 * UPLOAD_THREADS  # objects allowed to wait for the store before dispatch holds back
 
-
-class Agent(Starting, Stopping):
+class Agent(Holding, Attempts, Starting, Stopping):
     def __init__(
         self,
         config: AgentConfig,
@@ -102,11 +100,13 @@ class Agent(Starting, Stopping):
         self.noticed = threading.Event()  # a notice that stops work arrived (checked while starting up)
         # scheduling state (this thread only)
         self.final: set[str] = set()
-        self.pending = claimed.queue_for(self)
-        self.running: dict[str, ep.Running] = {}
-        self.settling: list[tuple[ep.Running, ep.Ended]] = []
         self.failures: dict[str, int] = {}
         self.next_n: dict[str, int] = {}
+        self.pending = claimed.queue_for(self)
+        self.running: dict[str, ep.Running] = {}
+        self.doomed: dict[tuple[str, int], ep.Running] = {}  # a pool node's, given up (agent/holding.py)
+        self.seen_epoch = 0
+        self.settling: list[tuple[ep.Running, ep.Ended]] = []
         self.in_flight: dict[tuple[str, int], datetime] = {}
         self.counts = {"completed": 0, "model_failure": 0, "harness_error": 0, "interrupted": 0, "results": 0}
         self.durations: deque[float] = deque(maxlen=tally.DURATIONS_KEPT)
@@ -163,10 +163,15 @@ class Agent(Starting, Stopping):
             price_per_hour=self.price.per_hour,
             currency=self.price.recorded_currency,
             price_source=self.price.source,
-            details={**details, "incarnation": self.incarnation},
+            details={**details, "incarnation": self.incarnation, **self._holder_detail()},
         )
         item = Item(EVENT, ev.to_json(), key_time=format_time(when), node=node.id, seq=next(self.seq))
         return self.up.submit(item)
+
+    def _holder_detail(self) -> dict[str, str]:
+        """A pool node's events name the lease holder they were written under (whose journal it is)."""
+        holder = self.pending.holder()
+        return {} if holder is None else {"holder": holder}
 
     def _wait_durable(self, item: Item, timeout: float, *, until_notice: bool = True) -> bool:
         """Wait until the item is in the store; give up early while the store is down (it stays spooled)
@@ -229,6 +234,8 @@ class Agent(Starting, Stopping):
             workers=UPLOAD_THREADS,
             on_done=self._on_durable,
             log=self.log,
+            gate=self.pending.gate(),
+            on_given_up=lambda item: self.messages.put(("given_up", item)),
         )
         try:
             return self._run()
@@ -287,11 +294,6 @@ class Agent(Starting, Stopping):
         self._loop()
         return self._finish()
 
-    def _take_number(self, episode: str) -> int:
-        n = self.next_n.get(episode, 1)
-        self.next_n[episode] = n + 1
-        return n
-
     # --- waiting for the model server -----------------------------------------------------------
 
     def _wait_healthy(self) -> bool:
@@ -339,13 +341,21 @@ class Agent(Starting, Stopping):
                 wake = min([wake, run.timeout_at, *(t for t in (run.term_at, run.kill_at) if t is not None)])
             if self.settling:
                 wake = min(wake, self.settling[0][0].ended_mono + ep.SETTLE_S)
-            if self.pending and self._free_slots() > 0 and self.stop is None and self.notice is None:
+            if (
+                self.pending
+                and self._free_slots() > 0
+                and self.stop is None
+                and self.notice is None
+                and self.pending.startable()
+            ):
                 wake = now
             self._pump(max(0.0, wake - now))
             now = time.monotonic()
             with self.up.batch():
                 self._settle(now)
+            self._watch_standing(now)
             self._kill_due(now)
+            self._kill_doomed(now)
             if self.up.fatal is not None and self.stop is None:
                 self._begin_stop(Stop("store_refused", {"error": str(self.up.fatal)}))
             if self.stop is None and self.notice is None:
@@ -359,7 +369,7 @@ class Agent(Starting, Stopping):
                 else:
                     idle = now - self.idle_since
                 self.has_work = bool(self.running or self.pending)
-                uptime_s, cost = claimed.figures(self)
+                uptime_s, cost, own = claimed.figures(self)
                 state = RunState(
                     remaining=len(self.order) - len(self.final),
                     running=len(self.running),
@@ -367,6 +377,7 @@ class Agent(Starting, Stopping):
                     cost=cost,
                     idle_s=idle,
                     price_per_hour=self.price.per_hour,
+                    own_cost=own,
                 )
                 stop = should_stop(state, self.config.stop_rules)
                 if stop is not None:
@@ -376,7 +387,12 @@ class Agent(Starting, Stopping):
             if now >= next_heartbeat:
                 self._heartbeat()
                 next_heartbeat = now + self.config.heartbeat_s
-            if (self.stop is not None or self.notice is not None) and not self.running and not self.settling:
+            if (
+                (self.stop is not None or self.notice is not None)
+                and not self.running
+                and not self.settling
+                and not self.doomed
+            ):
                 return
 
     def _pump(self, timeout: float) -> None:
@@ -398,6 +414,8 @@ class Agent(Starting, Stopping):
                 self._on_recorded(payload)
             elif kind == "price":
                 self._on_price(payload)
+            elif kind == "given_up":
+                self._on_given_up(payload)
             if self.notice is not None and kind == "notice":
                 return  # handled: the caller decides what comes next
             try:
@@ -417,182 +435,6 @@ class Agent(Starting, Stopping):
                 "store_down": self.up.store_down,
             },
         )
-
-    # --- dispatch -------------------------------------------------------------------------------
-
-    def _free_slots(self) -> int:
-        """Free episode slots, held back while the store falls behind (so results stay live).
-
-        While uploads lag, at most `BACKLOG` objects wait for the store (twice the upload threads:
-        enough to keep them busy); beyond that new attempts wait. During an outage (the store does
-        not answer at all) work goes on and the spool absorbs it, up to `outage_backlog` objects.
-        """
-        free = self.config.episodes.concurrency - len(self.running)
-        if self.up.disk_full:  # a spool disk without room: nothing new until it has some
-            return 0
-        if free > 0 and self.up.store_down:  # up to `outage_backlog` objects (running ones to come)
-            waiting = self.up.backlog + len(self.running)
-            free = min(free, outage_backlog(self.config.episodes.concurrency) - waiting)
-        elif free > 0:
-            free = min(free, BACKLOG - self.up.outstanding)
-        return max(0, free)
-
-    def _dispatch(self) -> None:
-        free = self._free_slots()
-        self.pending.fill(free)
-        batch: list[ep.Running] = []
-        while free > 0 and self.pending:
-            episode = self.pending.popleft()
-            if episode in self.final or episode in self.running:
-                continue
-            dispatch = next(self.dispatches)
-            now = utc_now()
-            stem = os.path.join(self.work_dir, f"{episode}.{self.incarnation}.{dispatch}")
-            run = ep.Running(
-                episode_id=episode,
-                dispatch=dispatch,
-                started=now,
-                started_mono=time.monotonic(),
-                output_path=stem + ".json",
-                log_path=stem + ".log",
-                timeout_at=0.0,
-            )
-            self.in_flight[(episode, dispatch)] = now
-            batch.append(run)
-            free -= 1
-        if not batch:
-            return
-        journal = self.event(
-            "heartbeat",
-            None,
-            {
-                "in_flight": self._in_flight_detail(),
-                "dispatched": [r.episode_id for r in batch],
-                "counts": self._counts(),
-            },
-        )
-        self._wait_durable(journal, JOURNAL_WAIT_S)
-        if self.prepared is None:
-            self.prepared = self.eval_env.get()
-        prepared = self.prepared
-        base_env = {**os.environ, **prepared.env}
-        place = {
-            "SPOTEVAL_STORE": self.config.store,
-            "SPOTEVAL_STORE_OPTIONS": json.dumps(
-                dict(self.config.store_options_with_defaults()), sort_keys=True
-            ),
-            "SPOTEVAL_NODE": self.config.node.id,
-            "SPOTEVAL_WORK_DIR": self.work_dir,
-        }
-        for index, run in enumerate(batch):
-            if self.noticed.is_set():
-                # A notice arrived while the journal was written: start nothing more; the
-                # episodes go back to the queue for the next incarnation.
-                for held in reversed(batch[index:]):
-                    self.in_flight.pop((held.episode_id, held.dispatch), None)
-                    self.pending.appendleft(held.episode_id)
-                break
-            env = ep.episode_env(
-                base_env, self.config.run_id, run, self.manifest[run.episode_id], self.model_url, place=place
-            )
-            run.started, run.started_mono = utc_now(), time.monotonic()
-            run.timeout_at = run.started_mono + self.config.episodes.timeout_s
-            self.running[run.episode_id] = run
-            ep.spawn(self.config.episodes, run, self.model_url, env, self._on_exit, **prepared.spawn_args())
-        if self.first_dispatch_mono is None:
-            self.first_dispatch_mono = time.monotonic()
-            self._ready()
-
-    def _ready(self) -> None:
-        details = ready_details(
-            self.boot,
-            self.started_mono,
-            healthy_mono=self.health.healthy_mono,
-            first_dispatch_mono=self.first_dispatch_mono,
-            record_read_s=self.record_read_s,
-            server_started_by_agent=bool(self.config.server.command),
-        )
-        details.update(self.health.phases())  # the server's own start-up phases, where its log tells
-        details.update(self.eval_env.ready_details(self.started_mono))
-        self.event("ready", None, details)
-        phases = details.get("server_phases") or {}
-        self.log(
-            f"ready: server healthy {details['agent_to_server_healthy_s']} s after agent start, "
-            f"first episode at {details['agent_to_first_dispatch_s']} s"
-            + ("; server phases " + ", ".join(f"{k} {v} s" for k, v in phases.items()) if phases else "")
-        )
-
-    # --- ended attempts -------------------------------------------------------------------------
-
-    def _on_ended(self, run: ep.Running) -> None:
-        self.running.pop(run.episode_id, None)
-        ended = ep.classify(run, self.config.episodes.timeout_s)
-        if ended.settle:
-            if self.notice is not None:
-                self._finalize(run, self._during_shutdown(run, ended))
-            else:
-                self.settling.append((run, ended))
-            return
-        self._finalize(run, ended)
-
-    def _during_shutdown(self, run: ep.Running, ended: ep.Ended) -> ep.Ended:
-        server_gone = self.server.exit_code() is not None or not self.health.ok  # (kept by a thread)
-        return ep.during_shutdown(run, ended, server_gone=server_gone)
-
-    def _settle(self, now: float) -> None:
-        while self.settling and now - self.settling[0][0].ended_mono >= ep.SETTLE_S:
-            run, ended = self.settling.pop(0)
-            self._finalize(run, ended)
-
-    def _finalize(self, run: ep.Running, ended: ep.Ended) -> None:
-        episode = run.episode_id
-        assert run.ended is not None
-        n = self._take_number(episode)
-        final = ended.outcome == "completed"
-        if ended.outcome in ep.FAILURES:
-            self.failures[episode] = self.failures.get(episode, 0) + 1
-            final = self.failures[episode] >= self.config.episodes.max_attempts
-        seconds = round(run.ended_mono - run.started_mono, 3)
-        attempt = Attempt(
-            episode_id=episode,
-            outcome=ended.outcome,
-            attempt=n,
-            node=self.config.node.id,
-            started=run.started,
-            ended=max(run.ended, run.started),
-            output=ended.output,
-            error=ended.error,
-            details={
-                "incarnation": self.incarnation,
-                "dispatch": run.dispatch,
-                "seconds": seconds,
-                "returncode": run.returncode,
-            },
-        )
-        item = Item(ATTEMPT, attempt.to_json(), write_result=final)
-        item.submitted = run.ended_mono
-        self.up.submit(item)
-        self.counts[ended.outcome] += 1
-        if ended.outcome == "completed":
-            self.durations.append(seconds)
-        if final:
-            self.final.add(episode)
-        elif self.notice is None and self.stop is None:
-            self.pending.append(episode)
-        ep.cleanup(run)
-
-    def _on_recorded(self, item: Item) -> None:
-        if item.kind != ATTEMPT:
-            return
-        if item.write_result and item.outcome != "refused":
-            self.pending.finished(str(item.payload["episode_id"]))
-        details = item.payload.get("details") or {}
-        if details.get("incarnation") == self.incarnation:
-            self.in_flight.pop((str(item.payload["episode_id"]), int(details.get("dispatch", 0))), None)
-            if item.write_result and item.result_written:  # the result stored is this one
-                self.counts["results"] += 1
-                if item.payload.get("outcome") == "completed":
-                    self.durable_s.append(time.monotonic() - item.submitted)
 
     def _on_price(self, price: Price) -> None:
         if (price.per_hour, price.currency) != (self.price.per_hour, self.price.currency):

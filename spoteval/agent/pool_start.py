@@ -6,11 +6,15 @@ start, billed-from time, price, heartbeat, in-flight attempts, the notice and th
 (`history.plan_recovery`: start reason, lost attempts, results to write) is unchanged; only its
 events differ: per holder a `start`, then its `notice` and its last `heartbeat` or `stop`, all from
 its last lease, for this node's earlier holders, the holders alive at the start and those that ended
-since the last summary. The results and attempts are listed as before; no event object is read.
+since the last summary. The results and attempts are listed as before; events are read only from
+the journal of this node's holders that the join took back. Only those holders' in-flight
+attempts are the start's to record as lost: any other holder's are recorded by the node whose
+takeover moves its episodes (spoteval/agent/taken_over.py), exactly once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -20,21 +24,14 @@ from typing import Any
 
 from spoteval.agent import history as hist
 from spoteval.claims import Lease, Pool
-from spoteval.claims.model import loads_object
-from spoteval.claims.summary import latest_lease
-from spoteval.record import Attempt, Event, RecordError, RunLayout, node_segment, parse_time
+from spoteval.claims.summary import own_last
+from spoteval.record import Event, RecordError, RunLayout, node_segment, parse_time
 from spoteval.store import Store
 
 
-def _last_own(pool: Pool, lease: Lease) -> Lease:
+def last_own(pool: Pool, lease: Lease) -> Lease:
     """The holder's own last lease: the one before an end written by another node."""
-    if lease.end in (None, "released") or lease.k == 0:
-        return lease
-    data = pool.store.get(pool.layout.lease(lease.holder, lease.k - 1))
-    try:
-        return Lease.from_json(loads_object(data or b""))
-    except RecordError:
-        return lease
+    return own_last(pool.store, pool.layout, lease)
 
 
 def _time(value: object) -> datetime | None:
@@ -47,7 +44,9 @@ def _time(value: object) -> datetime | None:
 def journal(store: Store, layout: RunLayout, lease: Lease) -> list[Event]:
     """The holder's own events from shortly before its last lease on: its dispatch journal is written
     before attempts start, so the last one lists what it had in flight when it was lost (the lease may
-    be up to a renewal older). Listed from a key offset: only the run's latest events are listed."""
+    be up to a renewal older). Listed from a key offset: only the run's latest events are listed.
+    Events of a later holder of the same incarnation (it was fenced and rejoined: `details.holder`)
+    are not the holder's."""
     since = _time(lease.time)
     incarnation = lease.state.get("incarnation")
     if since is None or not isinstance(incarnation, str):
@@ -63,13 +62,17 @@ def journal(store: Store, layout: RunLayout, lease: Lease) -> list[Event]:
             event, _ = Event.loads(store.get(key) or b"")
         except RecordError:
             continue
-        if event.details.get("incarnation") == incarnation:
+        if event.details.get("incarnation") == incarnation and event.details.get("holder") in (
+            None,
+            lease.holder,
+        ):
             out.append(event)
     return out
 
 
-def events_of(lease: Lease, run_id: str) -> list[Event]:
-    """The events a holder's last lease stands for (none when it carries no agent state)."""
+def events_of(lease: Lease, run_id: str, *, in_flight: bool = True) -> list[Event]:
+    """The events a holder's last lease stands for (none when it carries no agent state); without
+    its in-flight attempts unless `in_flight` (another node's takeover records those)."""
     state: Mapping[str, Any] = lease.state
     incarnation = state.get("incarnation")
     last = _time(lease.time)
@@ -95,7 +98,9 @@ def events_of(lease: Lease, run_id: str) -> list[Event]:
             Event(time=last, kind="notice", reason=notice, details={"incarnation": incarnation}, **common)
         )
     stop = state.get("stop")
-    details = {"incarnation": incarnation, "in_flight": state.get("in_flight") or []}
+    details: dict[str, Any] = {"incarnation": incarnation}
+    if in_flight:
+        details["in_flight"] = state.get("in_flight") or []
     if isinstance(stop, str) and lease.end == "released":
         events.append(Event(time=last, kind="stop", reason=stop, details=details, **common))
     else:
@@ -113,12 +118,16 @@ def read_pool_history(
     now: datetime,
     executor: ThreadPoolExecutor,
     extra_events: Iterable[Event] = (),
+    state: Mapping[str, Any] | None = None,
 ) -> hist.History:
     """Join the pool and read what a start needs (see the module docstring)."""
     done = frozenset(
         e for e in (layout.episode_of_result(k) for k in store.list(layout.results_prefix)) if e is not None
     )
-    view = pool.join(done)
+    view = pool.join(done, state)
+    # this node's holders that the join took back (spoteval/claims/takeover.py): this start records
+    # the attempts they lost; any other holder's are recorded by whichever node takes its episodes over
+    reclaimed = set(pool.own_old)
     leases = [*view.leases.values(), *view.ended.values()]
     last = view.summary.last_by_node.get(node)
     if isinstance(last, dict):
@@ -130,12 +139,21 @@ def read_pool_history(
     for lease in leases:
         if lease.holder == pool.holder:
             continue
-        own = _last_own(pool, lease)
-        events.extend(events_of(own, layout.run_id))
-        if own.end is None and own.node == node:  # this node's lost holder: its last journal too
+        own = last_own(pool, lease)
+        taken_back = own.holder in reclaimed
+        events.extend(events_of(own, layout.run_id, in_flight=taken_back))
+        if taken_back:  # its last journal too
             events.extend(journal(store, layout, own))
     seen = {json.dumps(e.to_json(), sort_keys=True) for e in events}
-    events.extend(e for e in extra_events if json.dumps(e.to_json(), sort_keys=True) not in seen)
+    for extra in extra_events:  # the spool's: what an earlier incarnation on this disk wrote last
+        holder = extra.details.get("holder")
+        event = extra
+        if "in_flight" in extra.details and holder is not None and holder not in reclaimed:
+            event = dataclasses.replace(
+                extra, details={k: v for k, v in extra.details.items() if k != "in_flight"}
+            )
+        if json.dumps(extra.to_json(), sort_keys=True) not in seen:
+            events.append(event)
     events.sort(key=lambda e: e.time)
     numbers: dict[str, list[int]] = defaultdict(list)
     for key in store.list(layout.attempts_prefix):
@@ -162,45 +180,3 @@ def read_pool_history(
         attempts=attempts,
         problems=(*history.problems, *more),
     )
-
-
-def lost_on_takeover(
-    pool: Pool, store: Store, source: str, episodes: Iterable[str], *, incarnation: str, max_attempts: int
-) -> list[Attempt]:
-    """Attempts an ended holder had in flight, of the episodes this node just took over from it, that
-    no attempt in the record accounts for: to be recorded `interrupted` (by `incarnation`), as a
-    start does for the incarnations it resolves (`history.plan_recovery`, reused as it is)."""
-    watch = pool.watched.get(source)
-    lease, _ = latest_lease(store, pool.layout, source, watch.k if watch is not None else 0)
-    if lease is None:
-        return []
-    own = _last_own(pool, lease)
-    layout = RunLayout(pool.layout.run_id)
-    events = sorted(events_of(own, layout.run_id) + journal(store, layout, own), key=lambda e: e.time)
-    if not events:
-        return []
-    wanted = set(episodes)
-    numbers: dict[str, list[int]] = {}
-    for episode in sorted(wanted):
-        for key in store.list(layout.attempts_of(episode)):
-            parsed = layout.attempt_of_key(key)
-            if parsed is not None:
-                numbers.setdefault(episode, []).append(parsed[1])
-    with ThreadPoolExecutor(max_workers=4) as executor:
-        attempts, _ = hist.read_attempts(store, layout, numbers, executor)
-    history = hist.History(
-        events=tuple(events),
-        incarnations=hist.group_incarnations(events),
-        results=frozenset(),
-        attempt_numbers={e: tuple(sorted(ns)) for e, ns in numbers.items()},
-        attempts=attempts,
-    )
-    plan = hist.plan_recovery(
-        history,
-        events[0].node,
-        events[-1].time,
-        sorted(wanted),
-        max_attempts=max_attempts,
-        incarnation=incarnation,
-    )
-    return list(plan.interrupted)

@@ -35,8 +35,8 @@ def _unknown(why: str) -> Price:
     return Price(None, DEFAULT_CURRENCY, "unknown", {"price_error": why})
 
 
-def _get_json(url: str) -> Mapping[str, Any]:
-    reply = http(url, timeout=5.0)
+def _get_json(url: str, timeout_s: float) -> Mapping[str, Any]:
+    reply = http(url, timeout=timeout_s)
     if reply.status != 200:
         raise OSError(f"retail prices API answered {reply.status}")
     doc = json.loads(reply.body)
@@ -53,7 +53,11 @@ def azure_retail_price(config: AgentConfig) -> Price:
     url = retail_prices_url(
         config.price_api_url or AZURE_PRICES_URL, node.region, node.instance_type, spot_only=spot
     )
-    found = retail_price(retail_items(url, _get_json, _MAX_PAGES), spot=spot)
+
+    def get(page: str) -> Mapping[str, Any]:
+        return _get_json(page, config.price_timeout_s)
+
+    found = retail_price(retail_items(url, get, _MAX_PAGES), spot=spot)
     if found is None:
         return _unknown("no matching Linux price in the retail prices API")
     return Price(found.per_hour, found.currency, "api", {"price_meter": found.details.get("meter")})
@@ -71,6 +75,7 @@ def aws_spot_price(config: AgentConfig) -> Price:
         node.instance_type,
         metadata_url=config.metadata_url,
         endpoint=config.price_api_url,
+        timeout_s=config.price_timeout_s,
     )
     if found is None:
         return _unknown("no spot price listed for this type and zone")

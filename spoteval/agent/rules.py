@@ -30,6 +30,7 @@ class RunState:
     cost: float | None  # money spent so far (None when the price is unknown)
     idle_s: float  # seconds with nothing running and nothing dispatchable (0 while busy)
     price_per_hour: float | None = None  # the price in force now (None when unknown)
+    own_cost: float | None = None  # in a pool: this node's own part of `cost` (None: cost is its own)
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,10 @@ def should_stop(state: RunState, rules: StopRules) -> Stop | None:
             {"price_cap": rules.price_cap, "price_per_hour": price, "remaining": state.remaining},
         )
     if rules.budget is not None and state.cost is not None and state.cost >= rules.budget:
-        return Stop(
-            "stop_rule:budget",
-            {"budget": rules.budget, "spent": round(state.cost, 6), "remaining": state.remaining},
-        )
+        details: dict[str, Any] = {"budget": rules.budget, "spent": round(state.cost, 6)}
+        if state.own_cost is not None:
+            details["own"] = round(state.own_cost, 6)
+        return Stop("stop_rule:budget", {**details, "remaining": state.remaining})
     if rules.max_runtime_s is not None and state.uptime_s >= rules.max_runtime_s:
         return Stop(
             "stop_rule:max_runtime",

@@ -89,7 +89,9 @@ class Starting:
                 backoff = min(30.0, backoff * 2)
         if not self.health.running:
             self.health.start()
-        return with_spool(history, self.spooled), now
+        # what the spool holds counts as recorded, unless another node took its episode over when
+        # the earlier incarnation's lease ended (that node records it: agent/holding.py)
+        return with_spool(history, [i for i in self.spooled if self.pending.keeps(i)]), now
 
     def _recover(self) -> tuple[str, dict[str, Any], list[str], dict[str, int]] | None:
         read = self._read_history()

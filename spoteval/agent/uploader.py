@@ -1,4 +1,5 @@
 """Spool-first uploads: every record object is written to a local spool file, then to the store.
+(The items and their spool files: spoteval/agent/items.py.)
 
 Each item (an event, or an ended attempt with or without its final result) is first written to
 `{spool_dir}/{run_id}/` (atomically: temporary file + rename), then uploaded by a small pool of
@@ -22,6 +23,13 @@ the local disk keeps: the next incarnation on the same disk uploads what is left
   ends (a group commit: many attempts ending at once cost one flush of the disk, not one each). A
   full disk does not raise: the item is kept in memory (uploaded all the same) and `disk_full` is
   set until a spool write succeeds again, so the agent stops starting work.
+- Pools: an attempt carries the lease holder it ran under, and a `Gate` (spoteval/agent/claimed.py)
+  rules on it before each of its writes: `WRITE`; `HOLD` (the holder's lease is overdue, or its
+  standing is not yet known): the item waits, outside the queue, and is looked at again every
+  `RECHECK_S`; `GIVE_UP` (another node took the episode over when the holder's lease ended): the
+  item is not written, its spool file goes, and `on_given_up` says so (the taker records that
+  attempt `interrupted` from the holder's in-flight list). An attempt written but whose result is
+  given up stays recorded (outcome `result_given_up`): the taker writes the result from it.
 - Store errors: the item goes back to the queue and all workers back off together (0.2 s doubling
   to 5 s) until the store answers again; any exception, a `BaseException` from a panic inside
   obstore included, is such an error for the item, never the end of a worker. A permanent error
@@ -41,53 +49,45 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from spoteval.agent.items import ATTEMPT, EVENT, Item, fsync_folder, item_from_doc, spool_doc, write_durably
 from spoteval.record import Attempt, RecordError, RunLayout, parse_time
 from spoteval.store import Store, StoreError
 
-EVENT: Final = "event"
-ATTEMPT: Final = "attempt"
+__all__ = ["ATTEMPT", "EVENT", "GIVE_UP", "HOLD", "WRITE", "Gate", "Item", "Uploader"]
+
 PRIORITY_EVENT: Final = 0
 PRIORITY_ATTEMPT: Final = 1
 PRIORITY_HEARTBEAT: Final = 2
 MAX_BACKOFF_S: Final = 5.0
-
-
-@dataclass
-class Item:
-    """One thing to make durable. `payload` is the JSON object as the record has it."""
-
-    kind: str  # EVENT or ATTEMPT
-    payload: dict[str, Any]
-    key_time: str = ""  # events: RFC 3339 time of the key
-    node: str = ""  # events: node of the key
-    seq: int = 0  # events: seq of the key
-    write_result: bool = False  # attempts: also write results/{episode}.json
-    spool_path: str = ""
-    submitted: float = field(default_factory=time.monotonic)
-    done: threading.Event = field(default_factory=threading.Event)
-    outcome: str = ""  # "created", "existed", "result_existed", "refused", "superseded" once done
-    attempt_number: int = 0  # attempts: the number it was stored under
-    result_written: bool = False  # attempts with write_result: the result stored is this one
-    superseded: bool = False  # heartbeats: a newer one replaced it before it was uploaded
-    order: int = 0  # submission order (set by `submit`)
-    absorbed: list[Item] = field(default_factory=list)  # heartbeats it replaced (done with it)
-
-    @property
-    def is_heartbeat(self) -> bool:
-        return self.kind == EVENT and self.payload.get("kind") == "heartbeat"
-
-    @property
-    def writer(self) -> tuple[str, str]:
-        """(node, incarnation) of an event: a heartbeat replaces only its own writer's older ones."""
-        details = self.payload.get("details")
-        incarnation = details.get("incarnation") if isinstance(details, dict) else None
-        return self.node, str(incarnation)
+RECHECK_S: Final = 0.2  # held items are looked at again this often
+WRITE: Final = "write"
+HOLD: Final = "hold"
+GIVE_UP: Final = "give_up"
 
 
 Callback = Callable[[Item], None]
+
+
+class Gate(Protocol):
+    """Rules on a pool node's attempt before each write (see the module docstring)."""
+
+    def verdict(self, item: Item) -> str:
+        """WRITE, HOLD or GIVE_UP."""
+        ...
+
+    def written(self, item: Item, ruled: float) -> None:
+        """The attempt's write that was ruled WRITE at monotonic time `ruled` has reached the store."""
+        ...
+
+
+class _Held(Exception):
+    """The gate held the item back (not a store error)."""
+
+    def __init__(self, verdict: str) -> None:
+        super().__init__(verdict)
+        self.verdict = verdict
 
 
 class Uploader:
@@ -102,9 +102,15 @@ class Uploader:
         workers: int = 8,
         on_done: Callback | None = None,
         log: Callable[[str], None] = lambda message: None,
+        gate: Gate | None = None,
+        on_given_up: Callback | None = None,
     ) -> None:
         self.store, self.layout, self.spool_dir = store, layout, spool_dir
         self.on_done = on_done
+        self.gate = gate
+        self.on_given_up = on_given_up
+        self._held: list[tuple[int, int, Item]] = []  # held back by the gate
+        self._rechecked = 0.0
         self.log = log
         os.makedirs(spool_dir, exist_ok=True)
         self._queue: queue.PriorityQueue[tuple[int, int, Item]] = queue.PriorityQueue()
@@ -139,7 +145,7 @@ class Uploader:
             name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._names):08d}-{item.kind}.json"
             path = os.path.join(self.spool_dir, name)
             try:
-                _write_durably(path, _spool_doc(item), sync=not self._batching)
+                write_durably(path, spool_doc(item), sync=not self._batching)
                 if self._batching:
                     self._unsynced.append(path)
             except OSError as exc:
@@ -193,7 +199,7 @@ class Uploader:
             finally:
                 os.close(fd)
         with contextlib.suppress(OSError):
-            _fsync_folder(self.spool_dir)
+            fsync_folder(self.spool_dir)
 
     def load_spool(self) -> list[Item]:
         """Queue what a previous incarnation spooled but did not upload; returns the items."""
@@ -207,7 +213,7 @@ class Uploader:
             try:
                 with open(path, encoding="utf-8") as f:
                     doc = json.load(f)
-                item = _item_from_doc(doc)
+                item = item_from_doc(doc)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 self.log(f"spool file {path} is unreadable ({exc}); left in place")
                 continue
@@ -265,8 +271,9 @@ class Uploader:
             if wait > 0:
                 time.sleep(min(wait, 0.5))
                 continue
+            self._requeue_held()
             try:
-                priority, order, item = self._queue.get(timeout=0.5)
+                priority, order, item = self._queue.get(timeout=RECHECK_S)
             except queue.Empty:
                 if self._stopping:
                     return
@@ -280,6 +287,9 @@ class Uploader:
                 continue
             try:
                 self._upload(item)
+            except _Held as held:
+                self._hold(item, priority, order, held.verdict)
+                continue
             except StoreError as exc:
                 if exc.permanent:
                     self._fail_permanently(item, priority, order, exc)
@@ -304,6 +314,43 @@ class Uploader:
                 self._backoff = 0.0
             self._remove(item)
             self._finish(item, report=True)
+
+    def _requeue_held(self) -> None:
+        """Every `RECHECK_S`, the held items go back to the queue to be ruled on again."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._held or now - self._rechecked < RECHECK_S:
+                return
+            self._rechecked = now
+            held, self._held = self._held, []
+        for entry in held:
+            self._queue.put(entry)
+
+    def _hold(self, item: Item, priority: int, order: int, verdict: str) -> None:
+        if verdict != GIVE_UP:
+            with self._lock:
+                self._held.append((priority, order, item))
+            return
+        item.outcome = "result_given_up" if item.attempt_written else "given_up"
+        self._remove(item)
+        if item.attempt_written:  # the attempt is recorded; the taker writes the result from it
+            self._finish(item, report=True)
+            return
+        if self.on_given_up is not None:
+            try:
+                self.on_given_up(item)
+            except Exception as exc:  # a callback must never stop the uploads
+                self.log(f"upload callback failed: {exc!r}")
+        self._finish(item, report=False)
+
+    def _rule(self, item: Item) -> float:
+        """The gate's verdict on the item's next write: returns when it was ruled WRITE, else raises."""
+        now = time.monotonic()
+        if self.gate is not None and item.holder:
+            verdict = self.gate.verdict(item)
+            if verdict != WRITE:
+                raise _Held(verdict)
+        return now
 
     def _retry(self, item: Item, priority: int, order: int, error: str) -> None:
         with self._lock:
@@ -402,20 +449,26 @@ class Uploader:
 
     def _upload_attempt(self, item: Item) -> None:
         episode = str(item.payload["episode_id"])
-        while True:
-            n = int(item.payload["attempt"])
-            key = self.layout.attempt(episode, n)
-            data = json.dumps(item.payload, sort_keys=True).encode()
-            if self.store.put_new(key, data):
-                item.outcome = "created"
-                break
-            if self._same(key, item.payload):
-                item.outcome = "existed"
-                break
-            item.payload["attempt"] = n + 1  # number taken by another attempt: the next free one
-            self._respool(item)
+        if not item.attempt_written:
+            ruled = self._rule(item)
+            while True:
+                n = int(item.payload["attempt"])
+                key = self.layout.attempt(episode, n)
+                data = json.dumps(item.payload, sort_keys=True).encode()
+                if self.store.put_new(key, data):
+                    item.outcome = "created"
+                    break
+                if self._same(key, item.payload):
+                    item.outcome = "existed"
+                    break
+                item.payload["attempt"] = n + 1  # number taken by another attempt: the next free one
+                self._respool(item)
+            item.attempt_written = True
+            if self.gate is not None and item.holder:
+                self.gate.written(item, ruled)
         item.attempt_number = int(item.payload["attempt"])
         if item.write_result:
+            self._rule(item)
             attempt, problems = Attempt.from_json(item.payload, as_result=True)
             if problems:
                 raise RecordError("; ".join(problems))
@@ -433,60 +486,6 @@ class Uploader:
         if not item.spool_path:
             return
         try:
-            _write_durably(item.spool_path, _spool_doc(item))
+            write_durably(item.spool_path, spool_doc(item))
         except OSError as exc:
             self.log(f"cannot rewrite spool file {item.spool_path}: {exc}")
-
-
-def _write_durably(path: str, doc: dict[str, Any], *, sync: bool = True) -> None:
-    """Write `doc` to `path` atomically (temporary file + rename), the data and the name fsynced
-    unless `sync` is False (the caller fsyncs later, see `Uploader.sync`)."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, sort_keys=True, separators=(",", ":"))
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if sync:
-        _fsync_folder(os.path.dirname(path) or ".")
-
-
-def _fsync_folder(path: str) -> None:
-    folder = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-
-
-def _spool_doc(item: Item) -> dict[str, Any]:
-    return {
-        "kind": item.kind,
-        "payload": item.payload,
-        "key_time": item.key_time,
-        "node": item.node,
-        "seq": item.seq,
-        "write_result": item.write_result,
-    }
-
-
-def _item_from_doc(doc: Any) -> Item:
-    if not isinstance(doc, dict) or doc.get("kind") not in (EVENT, ATTEMPT):
-        raise ValueError("not a spool document")
-    payload = doc["payload"]
-    if not isinstance(payload, dict):
-        raise ValueError("spool payload is not an object")
-    return Item(
-        kind=str(doc["kind"]),
-        payload=payload,
-        key_time=str(doc.get("key_time", "")),
-        node=str(doc.get("node", "")),
-        seq=int(doc.get("seq", 0)),
-        write_result=bool(doc.get("write_result", False)),
-    )

@@ -42,10 +42,15 @@ the tombstone wins, the holder's next renewal fails, and it learns it has been *
 up every claim of that holder id and rejoins under a new one. A lease once ended never renews again
 (its next key is taken forever), so "ended" is a fact every reader agrees on. Only then may a node
 take the holder's episodes over: a `takeover` entry moves every episode the ended holder owned (and
-had no result for) to the writer, not started; two takers race for the log position and the second
-finds nothing left to take. A holder that leaves in good order writes its own end (`released`), and
-its unfinished episodes are taken over at once; a node that restarts ends its own earlier holders
-(`replaced`) without waiting, as they cannot be alive.
+the log does not mark done) to the writer, not started, except those in its `ranges`, which the
+taker settled (their outcome is recorded: it checked the record before writing the entry) and
+which come over started, so nobody runs them again; two takers race for the log position and the
+second finds nothing left to take. A holder that leaves in good order marks done what has its
+result and writes its own end (`released`), and its unfinished episodes are taken over at once; a
+node that restarts takes its own earlier holders' episodes back (what they had started stays
+started) and then ends their leases (`replaced`) without waiting, as they cannot be alive. The
+rules for a takeover's check, a reclaim and what a node's attempts may do once its lease ended are
+in `spoteval.claims.takeover`.
 
 Why clock skew is harmless: no node ever compares its clock with another node's. Wall times in the
 objects are for people and reports. Expiry is a duration measured by the watcher alone from when it
@@ -54,9 +59,12 @@ The holder's own rule is stricter: it starts episodes from its claims only while
 successful renewal began less than `expiry_s / 2` ago (its clock). A watcher's wait begins after
 the holder began that renewal (it cannot see a lease before it is written), so the holder stops
 starting episodes at least `expiry_s / 2` before any watcher may end its lease. Correctness does
-not rest on that margin (the tombstone and the one-winner log do that): it bounds duplicated work,
-which can only come from attempts that were already running on a holder cut off from the store for
-longer than the expiry, and the first result stays the result (results/ is create-only).
+not rest on that margin (the tombstone and the one-winner log do that): it bounds duplicated work
+to the attempts a holder had in flight when its lease ended, and, with the same margin for the
+holder's attempt writes (`spoteval.claims.takeover`), it keeps an episode from completing twice
+unless one write of a finished attempt takes longer than `expiry_s / 2` to reach the store; the
+first result stays the result (results/ is create-only). A watcher's wait counts only while the
+store answers the watcher, so an outage that cuts every node off ends nobody's lease.
 
 Stealing at the end. When nothing is left to claim or take over, a node reads the logs of chunks
 whose owner has episodes not started, and appends a `steal` of the later half of the largest such

@@ -305,7 +305,9 @@ class ChunkLog:
     - `start` by H: offsets in `ranges` that H owns become started.
     - `steal` by T from F: offsets in `ranges` owned by F and not started become T's, started.
     - `takeover` by T from F (F's lease has ended; F None: offsets nobody owns): every offset F
-      owns becomes T's, not started (T starts what has no result).
+      owns becomes T's, not started (T starts what has no result); of those, the offsets in
+      `ranges` become started at once (T settles them: their outcome is recorded already, or T runs
+      them on itself), so nobody can steal them.
     - `done` by H: offsets in `ranges` have their result in the store (written once they are
       durable, so later readers need not look for them one by one).
     Entries that do not parse, or a `claim` after entry 0, change nothing and are reported.
@@ -352,9 +354,11 @@ class ChunkLog:
                 if self.owner[i] == entry.source and not self.started[i] and entry.source != entry.holder:
                     self.owner[i], self.started[i] = entry.holder, True
         elif entry.op == "takeover":
-            for i in offsets:
-                if self.owner[i] == entry.source and not self.complete[i]:
-                    self.owner[i], self.started[i] = entry.holder, False
+            moved = [i for i in offsets if self.owner[i] == entry.source and not self.complete[i]]
+            for i in moved:
+                self.owner[i], self.started[i] = entry.holder, False
+            for i in set(in_ranges(entry.ranges, self.size)) & set(moved):
+                self.started[i] = True
         elif entry.op == "done":
             for i in in_ranges(entry.ranges, self.size):
                 self.complete[i] = True

@@ -1,10 +1,12 @@
 """One node's side of the claims protocol: join, take episodes, renew, watch, take over, steal, leave.
 
 `Pool` is used from one thread for `take`/`finished`, and from any thread for `tick`; a lock keeps
-its state consistent. Every store call may raise `StoreError`: the caller retries later (nothing
-is half-done: each step is one create-only write, replayed from the record if it is repeated).
-Times for expiry come from `clock` (monotonic, this node's own): no wall clock of another node is
-ever compared with ours (see the package docstring).
+its state consistent (`standing` reads without it). Every store call may raise `StoreError`: the
+caller retries later (nothing is half-done: each step is one create-only write, replayed from the
+record if it is repeated). Times for expiry come from `clock` (monotonic, this node's own): no wall
+clock of another node is ever compared with ours (see the package docstring). The parts: this file
+(joining, this node's lease, chunk logs), spoteval/claims/watch.py (the other holders),
+spoteval/claims/taking.py (taking episodes, takeovers, the standing of this node's attempts).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from spoteval.claims.io import StoreLike, create, first_missing
@@ -33,24 +34,18 @@ from spoteval.claims.model import (
     parse_entry,
     to_ranges,
 )
-from spoteval.claims.summary import StartView, latest_lease, read_start, register, write_summary
-from spoteval.record import RecordError, RunLayout, format_time, utc_now
+from spoteval.claims.summary import StartView, read_start, register, write_summary
+from spoteval.claims.takeover import Check, Takeover, results_check
+from spoteval.claims.taking import Taking
+from spoteval.claims.watch import Watch, Watching
+from spoteval.record import RecordError, format_time, utc_now
+from spoteval.store import StoreError
 
 DEFAULT_RENEW_S: Final = 10.0
 DEFAULT_EXPIRY_S: Final = 45.0
 
 
-@dataclass
-class Watch:
-    """Another holder as this node sees it: its latest lease index and when we first saw that."""
-
-    k: int
-    seen: float  # our clock, when lease k was first seen by us
-    polled: float
-    ended: bool = False
-
-
-class Pool:
+class Pool(Watching, Taking):
     def __init__(
         self,
         store: StoreLike,
@@ -64,8 +59,9 @@ class Pool:
         expiry_s: float = DEFAULT_EXPIRY_S,
         clock: Callable[[], float] = time.monotonic,
         log: Callable[[str], None] = lambda message: None,
+        check: Check | None = None,
     ) -> None:
-        self.store, self.layout, self.results = store, PoolLayout(run_id), RunLayout(run_id)
+        self.store, self.layout = store, PoolLayout(run_id)
         self.episodes = list(episodes)
         self.index = {e: i for i, e in enumerate(self.episodes)}
         self.node, self.incarnation = node, incarnation
@@ -101,6 +97,15 @@ class Pool:
         self.last_refresh = -math.inf  # our clock when the logs others owe were last read
         self.last_steal = -math.inf
         self.counts = {"claimed": 0, "started": 0, "stolen": 0, "taken_over": 0, "expired": 0, "conflicts": 0}
+        #: a takeover is checked before its entry is written (spoteval/claims/takeover.py)
+        self.check: Check = check or results_check(store, run_id)
+        self.joined = False
+        self.trouble = -math.inf  # our clock when a store call of ours last failed (see watch.py)
+        self.own_old: set[str] = set()
+        self.reclaiming: set[str] = set()
+        self.adopted: dict[tuple[str, int], str] = {}
+        self.recheck: list[Takeover] = []
+        self.epoch = 0
 
     # --- joining -----------------------------------------------------------------------------
 
@@ -129,13 +134,19 @@ class Pool:
                 if holder == self.holder:
                     continue
                 if lease.node == self.node:  # an earlier incarnation of this node: over for sure
-                    self._end_other(holder, lease.k, "replaced")
+                    # its episodes come back to us first (what it had started stays started, and
+                    # our start records its attempts), then its lease ends
+                    self.own_old.add(holder)
+                    self._reclaim(holder)
+                    if not self._end_other(holder, lease.k, "replaced"):
+                        self.problems.append(f"holder {holder} of this node renewed: two agents of one node?")
                 else:
                     self.watched.setdefault(holder, Watch(lease.k, self.clock(), self.clock()))
             for chunk in list(self.logs.values()):
                 self._discover(chunk)
             view.summary.frontier = self.frontier
             write_summary(self.store, self.layout, view.summary)
+            self.joined = True
             return view
 
     def _read_plan(self) -> None:
@@ -181,12 +192,13 @@ class Pool:
         if created:
             self.k, self.renewed = lease.k, began
             return True
-        self._fence(data)
+        self._fence(data, state)
         return False
 
-    def _fence(self, data: bytes | None) -> None:
+    def _fence(self, data: bytes | None, state: dict[str, Any]) -> None:
         """Our next lease exists and is not ours: another node ended our lease. Every claim of this
-        holder is void; rejoin as a new holder (the old one's episodes are taken over like any other)."""
+        holder is void; rejoin as a new holder, and take back what nobody else took over yet
+        (`_reclaim`): the agent keeps those attempts, and gives up the others (see takeover.py)."""
         by = "?"
         with contextlib.suppress(RecordError):
             by = str(Lease.from_json(loads_object(data or b"")).by)
@@ -199,61 +211,13 @@ class Pool:
         self.holder = holder_id(self.node, self.incarnation, self.generation)
         self.k = -1
         self.counts["fenced"] = self.counts.get("fenced", 0) + 1
+        self.own_old.add(old)
+        self.reclaiming.add(old)
+        self.epoch += 1
         self._register()
-        self._renew({})
-
-    def _bill(self, holder: str, lease: Lease) -> None:
-        """Count the holder's bill from its lease (every other holder that ran since our join)."""
-        if holder.startswith(self._mine):
-            return
-        totals = lease.state.get("totals")
-        known = self.billing.setdefault(holder, {})
-        if isinstance(totals, dict):
-            known.update(
-                {
-                    str(k): float(v)
-                    for k, v in totals.items()
-                    if isinstance(v, int | float) and not isinstance(v, bool)
-                }
-            )
-
-    @property
-    def _mine(self) -> str:
-        return holder_id(self.node, self.incarnation)
-
-    def others_totals(self) -> tuple[float, float]:
-        """(billed seconds, cost) of every other holder of the run, as far as we know now."""
-        with self.lock:
-            seconds = self.base_totals.get("billed_s", 0.0)
-            cost = self.base_totals.get("cost", 0.0)
-            for totals in self.billing.values():
-                seconds += totals.get("billed_s", 0.0)
-                cost += totals.get("cost", 0.0)
-            return seconds, cost
-
-    def _tail_registry(self) -> None:
-        """Holders that joined since we last looked: watch them and count their bill."""
-        while True:
-            data = self.store.get(self.layout.holder(self.registry_next))
-            if data is None:
-                return
-            self.registry_next += 1
-            try:
-                holder = str(loads_object(data)["holder"])
-            except (RecordError, KeyError) as exc:
-                self.problems.append(f"{self.layout.holder(self.registry_next - 1)}: {exc}")
-                continue
-            if holder.startswith(self._mine) or holder in self.billing:
-                continue
-            lease, problem = latest_lease(self.store, self.layout, holder, 0)
-            if problem:
-                self.problems.append(problem)
-            if lease is None:
-                continue
-            self._bill(holder, lease)
-            if holder not in self.watched:
-                now = self.clock()
-                self.watched[holder] = Watch(lease.k, now, now, ended=lease.end is not None)
+        self._renew(state)
+        if self.enabled:
+            self._reclaim(old)
 
     def valid(self) -> bool:
         """Our claims may be used: the last renewal began less than half the expiry ago (others wait a
@@ -261,17 +225,27 @@ class Pool:
         return self.clock() - self.renewed < self.plan.expiry_s / 2
 
     def tick(self, state: Mapping[str, Any] | None = None) -> None:
-        """Renew our lease when due, and check the holders we watch; call about every second."""
+        """Renew our lease when due, take back what an ended holder of ours still owns, and check the
+        holders we watch; call about every second."""
         with self.lock:
-            now = self.clock()
-            if now - self.renewed >= self.plan.renew_s:
-                self._renew(dict(state or {}))
-            if self.enabled:
-                self._mark_done()
-                self._tail_registry()
-                self._watch(now)
-                if self.frontier >= self.plan.chunks and now - self.last_refresh >= self.plan.renew_s / 2:
-                    self._refresh()
+            try:
+                now = self.clock()
+                if now - self.renewed >= self.plan.renew_s:
+                    self._renew(dict(state or {}))
+                if self.enabled:
+                    self._reclaim_pending()
+                    self._mark_done()
+                    self._tail_registry()
+                    self._watch(now)
+                    if self.frontier >= self.plan.chunks and now - self.last_refresh >= self.plan.renew_s / 2:
+                        self._refresh()
+            except StoreError:
+                self.trouble = self.clock()
+                raise
+
+    def note_trouble(self) -> None:
+        """A store call of ours failed elsewhere (the caller's `take`): expiry waits start again."""
+        self.trouble = self.clock()
 
     def _refresh(self) -> None:
         """At the end: read what is new in the logs of chunks others still owe (steals, dones)."""
@@ -288,7 +262,7 @@ class Pool:
         """End our lease ourselves: whatever we still own can be taken over at once."""
         with self.lock:
             if self.enabled:
-                self._mark_done()
+                self._mark_done(partial=True)
             lease = Lease(
                 self.holder,
                 self.k + 1,
@@ -307,81 +281,6 @@ class Pool:
                 view = read_start(self.store, self.layout)
                 view.summary.frontier = max(view.summary.frontier, self.frontier)
                 write_summary(self.store, self.layout, view.summary)
-
-    # --- watching others ---------------------------------------------------------------------
-
-    def _discover(self, chunk: ChunkLog) -> None:
-        for entry in chunk.entries:
-            if entry is None or entry.holder == self.holder or entry.holder in self.watched:
-                continue
-            lease, problem = latest_lease(self.store, self.layout, entry.holder, entry.lease)
-            if problem:
-                self.problems.append(problem)
-            now = self.clock()
-            k = lease.k if lease is not None else -1
-            self.watched[entry.holder] = Watch(k, now, now, ended=lease is not None and lease.end is not None)
-
-    def _owing(self) -> set[str]:
-        """Holders that own episodes without a known result."""
-        out: set[str] = set()
-        for chunk in self.logs.values():
-            for offset, owner in enumerate(chunk.owner):
-                if owner is not None and owner != self.holder and self._index(chunk, offset) not in self.done:
-                    out.add(owner)
-        return out
-
-    def _watch(self, now: float) -> None:
-        billed = {h for h in self.billing if h in self.watched}
-        for holder in sorted(self._owing() | billed):
-            w = self.watched.get(holder)
-            if w is None or w.ended or now - w.polled < self.plan.renew_s / 2:
-                continue
-            w.polled = now
-            while True:
-                data = self.store.get(self.layout.lease(holder, w.k + 1))
-                if data is None:
-                    break
-                w.k, w.seen = w.k + 1, now
-                try:
-                    lease = Lease.from_json(loads_object(data))
-                    if holder in self.billing:
-                        self._bill(holder, lease)
-                    if lease.end is not None:
-                        w.ended = True
-                        break
-                except RecordError as exc:
-                    self.problems.append(f"{self.layout.lease(holder, w.k)}: {exc}")
-            if not w.ended and now - w.seen >= self.plan.expiry_s:
-                self._end_other(holder, w.k, "expired", waited=now - w.seen)
-
-    def _end_other(self, holder: str, k: int, reason: str, waited: float = 0.0) -> bool:
-        """Write the end of another holder's lease at k + 1 (create-only). True once it has ended."""
-        w = self.watched.setdefault(holder, Watch(k, self.clock(), self.clock()))
-        end = Lease(
-            holder,
-            k + 1,
-            self.node,
-            format_time(utc_now()),
-            {"waited_s": round(waited, 3)},
-            end=reason,
-            by=self.holder,
-            nonce=uuid.uuid4().hex,
-        )
-        created, data = create(self.store, self.layout.lease(holder, k + 1), end.to_json())
-        if created:
-            w.k, w.ended = k + 1, True
-            self.counts["expired"] += 1
-            self.log(
-                f"lease of {holder} ended ({reason}, silent {waited:.1f} s): its episodes can be taken over"
-            )
-            return True
-        try:
-            other = Lease.from_json(loads_object(data or b""))
-            w.k, w.seen = k + 1, self.clock()
-            w.ended = other.end is not None
-        except RecordError:
-            w.k, w.seen = k + 1, self.clock()
-        return w.ended
 
     # --- chunk logs --------------------------------------------------------------------------
 
@@ -404,9 +303,22 @@ class Pool:
         self, chunk: ChunkLog, entry: Entry | None, problem: str | None, *, adopt: bool = False
     ) -> None:
         """Replay an entry. `adopt`: an entry read back that we wrote ourselves (a write whose reply was
-        lost, then retried): what it started is ours to run."""
+        lost, then retried): what it started is ours to run; a takeover of another holder's episodes
+        is checked again before any of them runs (`recheck`)."""
+        before = list(chunk.owner)
         self._replay(chunk, entry, problem)
-        if adopt and entry is not None and entry.holder == self.holder and entry.op != "done":
+        if not adopt or entry is None or entry.holder != self.holder:
+            return
+        if entry.op == "takeover" and entry.source not in self.own_old:
+            moved = tuple(
+                o
+                for o, (was, now) in enumerate(zip(before, chunk.owner, strict=True))
+                if was != now and now == self.holder
+            )
+            episodes = tuple(self.episodes[self._index(chunk, o)] for o in moved)
+            self.recheck.append(Takeover(chunk.c, entry.source, moved, episodes, read_back=True))
+            return
+        if entry.op != "done":
             queued = self.done | set(self.ready)
             mine = [o for o in in_ranges(entry.ranges, chunk.size) if chunk.owner[o] == self.holder]
             self.ready.extend(
@@ -453,132 +365,6 @@ class Pool:
         self._read_log(c)
         self._discover(chunk)
         return False
-
-    # --- taking episodes ---------------------------------------------------------------------
-
-    def finished(self, episode: str) -> None:
-        """The episode has a result in the store (ours or another node's). Once every episode we own
-        in its chunk has one, a `done` entry says so (written by the next `take` or `tick`)."""
-        with self.lock:
-            i = self.index.get(episode)
-            if i is not None:
-                self._add_done([i])
-                self.unmarked.add(self.plan.chunk_of(i))
-
-    def _mark_done(self) -> None:
-        for c in sorted(self.unmarked):
-            chunk = self.logs.get(c)
-            if chunk is None:
-                self.unmarked.discard(c)
-                continue
-            mine = chunk.owned_by(self.holder)
-            if not mine or (
-                all(self._index(chunk, o) in self.done for o in mine) and self._append(c, "done", mine)
-            ):
-                self.unmarked.discard(c)
-
-    def take(self, n: int) -> list[str]:
-        """Up to n episodes this node may start now, each owned by it in the record."""
-        with self.lock:
-            out: list[int] = []
-            if not self.enabled:
-                while self.ready and len(out) < n:
-                    out.append(self.ready.popleft())
-                return [self.episodes[i] for i in out]
-            self._mark_done()
-            while len(out) < n and self.valid():
-                if self.ready:
-                    i = self.ready.popleft()
-                    if i not in self.done:
-                        out.append(i)
-                    continue
-                need = n - len(out)
-                if not (self._start_own(need) or self._take_over() or self._claim(need) or self._steal()):
-                    break
-            self.counts["started"] += len(out)
-            return [self.episodes[i] for i in out]
-
-    def _reserve(self, need: int) -> int:
-        return max(need, math.ceil(self.plan.batch / 4))
-
-    def _start_own(self, need: int) -> bool:
-        for c in sorted(self.logs):
-            chunk = self.logs[c]
-            offsets = [o for o in chunk.unstarted(self.holder) if self._index(chunk, o) not in self.done]
-            if not offsets:
-                continue
-            chosen = offsets[: self._reserve(need)]
-            if self._append(c, "start", chosen):
-                self.ready.extend(self._index(chunk, o) for o in chosen)
-            return True
-        return False
-
-    def _take_over(self) -> bool:
-        ended = {h for h, w in self.watched.items() if w.ended}
-        for c in sorted(self.logs):
-            chunk = self.logs[c]
-            for source in [*sorted({o for o in chunk.owner if o in ended}), None]:
-                if source is None and (chunk.length == 0 or chunk.entries[0] is not None):
-                    continue  # nobody-owned offsets only where entry 0 is unreadable
-                left = [o for o in chunk.owned_by(source) if self._index(chunk, o) not in self.done]
-                if not left:
-                    continue
-                if self._append(c, "takeover", (), source):
-                    self.counts["taken_over"] += 1
-                    if source is not None:
-                        self.takeovers.append((source, [self.episodes[self._index(chunk, o)] for o in left]))
-                    for o in chunk.owned_by(self.holder):  # skip what another node already finished
-                        i = self._index(chunk, o)
-                        if i not in self.done and self.store.exists(self.results.result(self.episodes[i])):
-                            self._add_done([i])
-                    self.log(f"took over chunk {c} from {source or 'nobody (unreadable claim)'}")
-                return True
-        return False
-
-    def _claim(self, need: int) -> bool:
-        c = self.frontier
-        if c >= self.plan.chunks:
-            return False
-        span = self.plan.span(c)
-        todo = [i - span.start for i in span if i not in self.done]
-        chosen = todo[: self._reserve(need)]
-        if self._append(c, "claim", chosen):
-            self.counts["claimed"] += 1
-            self.ready.extend(span.start + o for o in chosen)
-        self.frontier = c + 1
-        return True
-
-    def _steal(self) -> bool:
-        now = self.clock()
-        if now - self.last_steal < self.plan.renew_s / 2:
-            return False
-        self.last_steal = now
-        best: tuple[int, int, str] | None = None
-        for c in sorted(self.logs):
-            chunk = self.logs[c]
-            if not any(
-                o != self.holder and o is not None and not s
-                for o, s in zip(chunk.owner, chunk.started, strict=True)
-            ):
-                continue
-            self._read_log(c)
-            for owner in chunk.holders() - {self.holder}:
-                left = [o for o in chunk.unstarted(owner) if self._index(chunk, o) not in self.done]
-                if left and (best is None or len(left) > best[0]):
-                    best = (len(left), c, owner)
-        if best is None:
-            return False
-        _, c, owner = best
-        chunk = self.logs[c]
-        left = [o for o in chunk.unstarted(owner) if self._index(chunk, o) not in self.done]
-        tail = left[len(left) // 2 :]
-        if self._append(c, "steal", tail, owner):
-            self.counts["stolen"] += len(tail)
-            self.ready.extend(self._index(chunk, o) for o in tail)
-            self.log(f"stole {len(tail)} episode(s) of chunk {c} from {owner}")
-            return True
-        self.last_steal = -math.inf  # lost the race: read again at once
-        return True
 
     # --- the end -----------------------------------------------------------------------------
 

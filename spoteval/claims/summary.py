@@ -6,8 +6,10 @@
   and the holders that ended since, folded: `holders` (registry entries accounted for), `live`
   (holder -> the last lease index seen), `ended` (count), `totals` (the sum of every ended holder's
   final `state.totals`, e.g. billed seconds and cost), `last_by_node` (node -> its latest ended
-  holder's final lease), `first` (the time of the run's first holder), `frontier` (chunks below it
-  are claimed: a start searches for the first free chunk from there).
+  holder's last own lease), `first` (the time of the run's first holder), `frontier` (chunks below it
+  are claimed: a start searches for the first free chunk from there). A lease ended by another node
+  (`expired`, `replaced`) is that node's tombstone: its `node` is the writer's and its state has no
+  totals, so the holder is folded from its own last lease, the one before.
 
 A start reads the latest summary (O(log n) probes), the registry entries after it, and the
 latest lease of each holder not yet ended: objects independent of the run's length and its number of
@@ -71,7 +73,8 @@ class Summary:
         )
 
     def fold(self, lease: Lease, index: int) -> None:
-        """Account for a holder whose lease has ended (its final lease)."""
+        """Account for a holder whose lease has ended (its own last lease: a renewal, or its end
+        `released`)."""
         self.live.pop(lease.holder, None)
         self.ended += 1
         totals = lease.state.get("totals", {})
@@ -114,6 +117,17 @@ def latest_lease(
         return Lease(holder=holder, k=k, node="", time=""), f"{key}: {exc}"
 
 
+def own_last(store: StoreLike, layout: PoolLayout, lease: Lease) -> Lease:
+    """The holder's own last lease: the one before an end written by another node (a tombstone)."""
+    if lease.end is None or lease.by in (None, lease.holder) or lease.k == 0:
+        return lease
+    data = store.get(layout.lease(lease.holder, lease.k - 1))
+    try:
+        return Lease.from_json(loads_object(data or b""))
+    except RecordError:
+        return lease
+
+
 def read_start(store: StoreLike, layout: PoolLayout) -> StartView:
     problems: list[str] = []
     n = first_missing(lambda i: store.exists(layout.summary(i)))
@@ -153,7 +167,7 @@ def read_start(store: StoreLike, layout: PoolLayout) -> StartView:
         if lease is None:
             continue
         if lease.end is not None:
-            summary.fold(lease, index.get(holder, summary.holders))
+            summary.fold(own_last(store, layout, lease), index.get(holder, summary.holders))
             folded.append(holder)
             ended[holder] = lease
         else:

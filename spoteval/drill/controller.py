@@ -62,7 +62,7 @@ from spoteval.drill.config import (
 )
 from spoteval.drill.display import Display
 from spoteval.drill.node import launch_node
-from spoteval.drill.plane import LocalPlane, local_outputs
+from spoteval.drill.plane import Launch, LocalPlane, local_outputs
 from spoteval.drill.procs import descendants, episodes_in, frozen, identifiable
 from spoteval.harness.hold import ENV as HOLD_ENV
 from spoteval.harness.hold import RELEASE_ENV
@@ -383,12 +383,15 @@ class Drill:
     ) -> None:
         """One node: a new life when it was started, its own end, the provider's notice and kill."""
         plane = m.plane
-        if plane.starts != m.chaos.start:  # the node was started (by the operator after the first)
-            m.chaos = self._new_life(plane)
+        launch = plane.latest  # its number and launch time come together (see plane.py)
+        if launch is not None and launch.number != m.chaos.start:  # started (by the operator after the first)
+            m.chaos = self._new_life(plane, launch)
         exit_codes.extend(code for _, code in plane.exits())
         if not m.chaos.over and not plane.state().running:  # it ended by itself (or was stopped)
             m.chaos.over = True
             code = plane.process.returncode if plane.process is not None else None
+            # its last results may have reached the store after this round counted them
+            all_done = all_done or self._count_results(life.store, life.layout) >= len(life.ids)
             if all_done:
                 who = "the operator" if plane.state().raw == "stopped" else "itself"
                 self._log(f"{self._name(plane)}stopped by {who} (exit {code}): every episode has its result")
@@ -423,29 +426,26 @@ class Drill:
     def _name(self, plane: LocalPlane) -> str:
         return "node " if self.cfg.nodes == 1 else f"{plane.node} "
 
-    def _new_life(self, plane: LocalPlane) -> _Chaos:
-        """The node has just started: draw how long the provider lets it live."""
+    def _new_life(self, plane: LocalPlane, launch: Launch) -> _Chaos:
+        """The node has just started (`launch`): draw how long the provider lets it live."""
         lifetime = self.lifetimes.expovariate(1.0 / self.cfg.lifetime_s)
-        t_launch = plane.launched_mono if plane.launched_mono is not None else time.monotonic()
         notice_s = self.cfg.notice_s
         counted = self._counted()
-        if counted is not None and plane.starts == 1:
+        if counted is not None and launch.number == 1:
             n, what = counted
             work = "a shard" if self.cfg.preempt_after_samples is not None else "an episode"
             unless = "" if self.cfg.nodes == 1 else f" if it runs {work} then; else in {lifetime:.1f} s"
             self._log(
                 f"{self._name(plane)}start 1 (it will be taken once {n} {what} are in the store{unless})"
             )
-            return _Chaos(
-                start=1, lifetime=lifetime, launched=plane.launched or utc_now(), over=False, by_samples=True
-            )
-        self._log(f"{self._name(plane)}start {plane.starts} (its lifetime will be {lifetime:.1f} s)")
+            return _Chaos(start=1, lifetime=lifetime, launched=launch.at, over=False, by_samples=True)
+        self._log(f"{self._name(plane)}start {launch.number} (its lifetime will be {lifetime:.1f} s)")
         return _Chaos(
-            start=plane.starts,
+            start=launch.number,
             lifetime=lifetime,
-            launched=plane.launched or utc_now(),
-            t_notice=t_launch + max(0.0, lifetime - notice_s) if notice_s > 0 else math.inf,
-            t_kill=t_launch + lifetime,
+            launched=launch.at,
+            t_notice=launch.at_mono + max(0.0, lifetime - notice_s) if notice_s > 0 else math.inf,
+            t_kill=launch.at_mono + lifetime,
             over=False,
         )
 
@@ -480,7 +480,8 @@ class Drill:
         if checked and (process is None or not episodes_in(descendants(process.pid), life.ids)):
             index = next(i for i, p in enumerate(self.planes, start=1) if p is plane)
             self._release_file(index).touch()
-            launched = plane.launched_mono if plane.launched_mono is not None else now
+            latest = plane.latest
+            launched = latest.at_mono if latest is not None else now
             chaos.t_kill = launched + chaos.lifetime
             chaos.t_notice = chaos.t_kill - self.cfg.notice_s if self.cfg.notice_s > 0 else math.inf
             return

@@ -12,6 +12,12 @@ GCP VM or a Runpod pod.
 - `hold()` / `take(capacity_delay_s)` are the chaos controller's side: the notice is out, then the
   node is gone and capacity comes back after the delay. `simulate_preemption()` takes it at once.
 - `price_now()`: the drill's configured spot price (no price API).
+
+Each start is one `Launch` (its number and its launch time, on the wall clock and the plane's),
+published by one assignment once the process exists, so a reader that sees a new start number sees
+that start's launch time with it: the chaos controller reads `latest` without the plane's lock, and
+a start holds the lock only while it launches, never while it waits for the node's boot (other
+nodes' notices do not wait for one node's boot).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -49,6 +56,15 @@ def local_outputs(run_id: str, store_url: str, node_ids: tuple[str, ...] = (NODE
     )
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One start of the node: its number (1, 2, ...) and when it was launched."""
+
+    number: int
+    at: datetime
+    at_mono: float  # the plane's clock
+
+
 class LocalPlane:
     provider = PROVIDER
     restarts_itself = False
@@ -69,9 +85,7 @@ class LocalPlane:
         self.price = price
         self.clock = clock
         self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.launched: datetime | None = None
-        self.launched_mono: float | None = None
+        self.latest: Launch | None = None  # replaced whole by each start (read without the lock)
         self.capacity_at = 0.0
         self.last_stop = "never started"
         self.held = False  # a notice is out: the node stays until the provider takes it
@@ -80,6 +94,16 @@ class LocalPlane:
         self._exits: list[tuple[int, int | None]] = []  # (start number, exit code) not yet taken
 
     # --- reading ----------------------------------------------------------------------------------
+
+    @property
+    def starts(self) -> int:
+        latest = self.latest
+        return 0 if latest is None else latest.number
+
+    @property
+    def launched(self) -> datetime | None:
+        latest = self.latest
+        return None if latest is None else latest.at
 
     def state(self) -> NodeState:
         with self.lock:
@@ -124,15 +148,16 @@ class LocalPlane:
                 raise CapacityError(
                     f"local start {self.node}: no capacity now (it comes back in {wait:.1f} s)"
                 )
+            launch = Launch(self.starts + 1, utc_now(), self.clock())
             try:
-                self.process = self.launch(self.starts + 1)
+                process = self.launch(launch.number)
             except OSError as exc:
                 raise ControlPlaneError(f"local start {self.node}: {exc}") from None
-            self.starts += 1
-            self.launched, self.launched_mono = utc_now(), self.clock()
+            self.process = process
+            self.latest = launch  # the start number and its launch time, together
             self.last_stop = "running"
             self.held = False
-            self._await_boot(self.process, self.launched.timestamp(), timeout_s)
+        self._await_boot(process, launch.at.timestamp(), timeout_s)
 
     def _await_boot(self, process: subprocess.Popen[bytes], since: float, timeout_s: float) -> None:
         """Return once the node's startup process noted its boot (a cloud's start returns once the

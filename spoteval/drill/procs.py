@@ -1,5 +1,13 @@
 """The node's processes as the controller sees them: list them, freeze them (SIGSTOP) while it looks,
-kill them all, and tell which episodes were in flight from their command lines."""
+kill them all, and tell which episodes were in flight from their command lines.
+
+A signal takes effect when its target next runs, which on a loaded machine can be a while after
+`kill()` returns: a process signalled SIGSTOP may still finish a fork, and one signalled SIGKILL may
+still hold its sockets (a model server's port). So a freeze waits until each process it stopped is
+stopped (its state in /proc), before it looks for children; a kill signals every process while the
+node is frozen (a process let go before its kill could start a child that outlives it), and waits
+until each has exited (on systems without /proc, neither wait is possible, and neither is made).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -84,16 +93,44 @@ def _signal_all(pids: Sequence[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+STOPPED: Final = frozenset("tT")  # /proc states: stopped by a signal, or traced
+EXITED: Final = frozenset("ZX")  # exited: a zombie (its memory and files released), or dead
+SIGNAL_WAIT_S: Final = 10.0  # the longest wait for a signal to take effect (a process stuck in the kernel)
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (R, S, D, T, Z, ...); None when it is gone or unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = stat[stat.rindex(")") + 2 :]
+    return rest[:1] or None
+
+
+def _await_state(pids: Sequence[int], states: frozenset[str]) -> None:
+    """Wait until every process is in one of `states`, has exited, or is gone (at most SIGNAL_WAIT_S)."""
+    until = time.monotonic() + SIGNAL_WAIT_S
+    waiting = list(pids)
+    while waiting and time.monotonic() < until:
+        waiting = [pid for pid in waiting if (s := _state(pid)) is not None and s not in states | EXITED]
+        if waiting:
+            time.sleep(0.001)
+
+
 def _freeze(root: int) -> list[int]:
-    """SIGSTOP `root` and every process below it, until no new one appears (a fork racing the freeze)."""
+    """SIGSTOP `root` and every process below it, until no new one appears: each round waits until
+    what it stopped is stopped, so that a fork in progress has finished and its child is found."""
     stopped: list[int] = [root]
     with contextlib.suppress(ProcessLookupError):
         os.kill(root, signal.SIGSTOP)
+    _await_state([root], STOPPED)
     for _ in range(20):
         fresh = [p.pid for p in descendants(root) if p.pid not in stopped]
         if not fresh:
             break
         _signal_all(fresh, signal.SIGSTOP)
+        _await_state(fresh, STOPPED)
         stopped.extend(fresh)
     return stopped
 
@@ -125,14 +162,13 @@ def frozen(root: int, *, settle: bool = False) -> Iterator[list[Proc]]:
 
 
 def kill_node(root: int) -> None:
-    """The node is gone: freeze every process below `root`, then SIGKILL them and `root` itself."""
-    for _ in range(20):
-        with frozen(root) as procs:
-            _signal_all([p.pid for p in procs], signal.SIGKILL)
-        if not descendants(root):
-            break
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(root, signal.SIGKILL)
+    """The node is gone: freeze `root` and every process below it, SIGKILL them all while they are
+    stopped (none can fork again: a stopped process that is killed never runs its own code again),
+    and return once each of them has exited (nothing of the node holds a port or a file then)."""
+    with frozen(root) as procs:
+        pids = [root, *(p.pid for p in procs)]
+        _signal_all(pids, signal.SIGKILL)
+    _await_state(pids, EXITED)
 
 
 def episodes_in(procs: Sequence[Proc], ids: frozenset[str]) -> set[str]:

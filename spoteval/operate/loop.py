@@ -235,15 +235,24 @@ class Operator:
 
     # --- one node -----------------------------------------------------------------------------------
 
-    def check(self, node: str, run: RunView | None = None) -> Line:
-        """One check of one node: observe, decide, act, record."""
+    def check(
+        self, node: str, run: RunView | None = None, state: NodeState | Exception | None = None
+    ) -> Line:
+        """One check of one node: observe, decide, act, record. The node's state is read before the
+        record (`run`, when given, was read after `state`): a node that wrote its `stop` and then
+        ended is never seen ended without that stop."""
         plane = self.planes[node]
+        if state is None:
+            try:
+                state = plane.state()
+            except ControlPlaneError as exc:
+                state = exc
         run = run if run is not None else self.read()
-        try:
-            state = plane.state()
-        except ControlPlaneError as exc:
+        if isinstance(state, ControlPlaneError):
             status = self._status(node, run, None)
-            return Line(node, status, "error", f"cannot read the node: {exc}")
+            return Line(node, status, "error", f"cannot read the node: {state}")
+        if isinstance(state, Exception):  # an SDK error no plane wrapped (check_all reports it)
+            raise state
         status = self._status(node, run, state)
         view = self._view(node, plane, status, run)
         now = self.clock()
@@ -384,9 +393,15 @@ class Operator:
         """One check of every node. A problem with one node (or the store) is that node's line: the
         loop goes on, so one bad answer never leaves the other nodes unwatched."""
         lines: list[Line] = []
+        states: dict[str, NodeState | Exception] = {}
         try:
             if not self._take_lease():
                 return lines
+            for node, plane in self.planes.items():  # the states first, then the record (see `check`)
+                try:
+                    states[node] = plane.state()
+                except Exception as exc:  # reported on that node's line below
+                    states[node] = exc
             run = self.read()
         except StoreError as exc:
             unknown = NodeStatus("", UNKNOWN, None, None, "the run record cannot be read")
@@ -398,7 +413,7 @@ class Operator:
             if self.lease is not None:
                 self.lease.tick()
             try:
-                line = self.check(node, run)
+                line = self.check(node, run, states[node])
             except StoreError as exc:
                 line = Line(node, self._status(node, run, None), "error", f"the run record: {exc}")
             except Exception as exc:  # an SDK error no plane wrapped: report it, keep operating

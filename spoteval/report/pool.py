@@ -5,6 +5,11 @@ Duplicated work is episode time spent on attempts whose episode another node fin
 result's node differs from the attempt's): the cost of a lost node's attempts run again, of a
 fenced holder, or of a claim object that could not be read. Interrupted attempts on the node that
 then finished the episode are not duplicated work (they are the price of the preemption itself).
+Of the duplicated work, `interrupted_s` is the time of `interrupted` attempts: in flight on a node
+when it was taken, lost, or its lease ended (recorded by the node itself at a notice, or by the
+node that took its episodes over), then run again elsewhere. No design can save that work; the rest
+of the duplicated work is attempts that ended (a failure retried elsewhere, or a completion beyond
+one) on a node other than the result's.
 """
 
 from __future__ import annotations
@@ -29,11 +34,17 @@ class PoolFigures:
     nodes: dict[str, NodeShare] = field(default_factory=dict)
     episode_s: float = 0.0
     duplicated_s: float = 0.0
+    interrupted_s: float = 0.0  # of duplicated_s: interrupted attempts (in flight when taken)
     beyond_one: int = 0  # completed attempts beyond one per episode with a result
 
     @property
     def duplicated_share(self) -> float:
         return self.duplicated_s / self.episode_s if self.episode_s > 0 else 0.0
+
+    @property
+    def beyond_interrupted_share(self) -> float:
+        """Duplicated work beyond the interrupted attempts, as a share of all episode time."""
+        return (self.duplicated_s - self.interrupted_s) / self.episode_s if self.episode_s > 0 else 0.0
 
 
 def pool_figures(attempts: Iterable[Attempt], results: Mapping[str, Attempt]) -> PoolFigures:
@@ -52,6 +63,8 @@ def pool_figures(attempts: Iterable[Attempt], results: Mapping[str, Attempt]) ->
         if result is not None and result.node != a.node:
             share.duplicated_s += seconds
             out.duplicated_s += seconds
+            if a.outcome == "interrupted":
+                out.interrupted_s += seconds
     for result in results.values():
         out.nodes.setdefault(result.node, NodeShare()).results += 1
     out.beyond_one = sum(n - 1 for e, n in completed.items() if e in results and n > 1)
@@ -85,6 +98,7 @@ def to_json(figures: PoolFigures, alias: Mapping[str, str] | None = None) -> dic
         "episode_s": round(figures.episode_s, 3),
         "duplicated_s": round(figures.duplicated_s, 3),
         "duplicated_share": round(figures.duplicated_share, 6),
+        "interrupted_s": round(figures.interrupted_s, 3),
         "completed_beyond_one": figures.beyond_one,
     }
 
@@ -100,7 +114,8 @@ def render(figures: PoolFigures, alias: Mapping[str, str] | None = None) -> list
         )
     lines.append(
         f"duplicated work: {figures.duplicated_s:.1f} s of {figures.episode_s:.1f} s episode time "
-        f"({100 * figures.duplicated_share:.2f} %); completed attempts beyond one per episode: "
-        f"{figures.beyond_one}"
+        f"({100 * figures.duplicated_share:.2f} %; of it interrupted, in flight when taken: "
+        f"{figures.interrupted_s:.1f} s); "
+        f"completed attempts beyond one per episode: {figures.beyond_one}"
     )
     return lines
