@@ -152,8 +152,15 @@ def test_the_provider_watcher_runs_while_the_agent_still_reads_its_price(
         agent = start_agent(path, tmp_path)
         agents.append(agent)
         assert prices.asked.wait(30), agent.stderr()
+
+        def polls() -> int:
+            return sum(1 for r in list(azure.requests) if r.path == "/metadata/scheduledevents")
+
         azure.schedule("Preempt", seconds=60)
-        polled = wait_for(lambda: any(r.path == "/metadata/scheduledevents" for r in azure.requests), 5)
+        scheduled_at = polls()
+        # the watcher polls in sequence and delivers a poll's notices before its next poll: a second
+        # poll after the schedule means the first one's notice is with the agent, price still unread
+        polled = wait_for(lambda: polls() >= scheduled_at + 2, 30)
         prices.gate.set()
         assert polled, agent.stderr()
         assert agent.wait(30) == 0, agent.stderr()
