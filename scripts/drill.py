@@ -45,7 +45,6 @@ requirements install: the reason is printed).
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -53,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from spoteval import drill
-from spoteval.drill.options import OptionError, add_own_eval_options, own_eval
+from spoteval.drill.options import OptionError, add_own_eval_options, command_argv, own_eval
 from spoteval.report import ReportError
 
 
@@ -136,30 +135,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _command(text: str | None, option: str) -> tuple[str, ...] | None:
-    if text is None:
-        return None
+def config_from(args: argparse.Namespace) -> drill.DrillConfig:
+    out = Path(args.out or f"drill-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
+    defaults = drill.server_defaults(args.server)
     try:
-        argv = tuple(shlex.split(text))
-    except ValueError as exc:
-        raise UsageError(f"{option}: {exc}") from None
-    if not argv:
-        raise UsageError(f"{option}: empty command")
-    return argv
-
-
-def _own(args: argparse.Namespace) -> drill.OwnEval:
-    try:
-        return own_eval(args)
+        commands = (
+            command_argv(args.eval_command, "--eval-command"),
+            command_argv(args.server_command, "--server-command"),
+        )
+        own = own_eval(args)
     except OptionError as exc:
         raise UsageError(str(exc)) from None
-
-
-def config_from(args: argparse.Namespace) -> drill.DrillConfig:
-    out = (
-        Path(args.out) if args.out else Path(f"drill-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
-    )
-    defaults = drill.server_defaults(args.server)
 
     def given(name: str) -> Any:
         value = getattr(args, name)
@@ -174,8 +160,8 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         notice_s=args.notice_s,
         capacity_delay_s=args.capacity_delay_s,
         seed=args.seed,
-        eval_command=_command(args.eval_command, "--eval-command"),
-        server_command=_command(args.server_command, "--server-command"),
+        eval_command=commands[0],
+        server_command=commands[1],
         timeout_s=given("timeout_s"),
         episode_seconds=defaults["episode_seconds"],
         manifest=Path(args.manifest) if args.manifest else None,
@@ -184,7 +170,7 @@ def config_from(args: argparse.Namespace) -> drill.DrillConfig:
         preempt_after_results=args.preempt_after_results,
         server=args.server,
         nodes=args.nodes,
-        own=_own(args),
+        own=own,
     )
 
 

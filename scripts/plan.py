@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from components.base import STACK_FILE
 from components.mocks import RenderError, read_stack_config, render_config
 from components.plan import as_json, as_text, notes
 from components.plan_cost import plan_cost
@@ -84,12 +85,15 @@ def run(args: argparse.Namespace) -> int:
         raise RenderError(str(exc)) from None
     now = _now(args.now)
     config = read_stack_config(path)
-    rendered = render_config(args.stack, config, now=now)
     raw = {k[len(PREFIX) :]: v for k, v in config.items() if k.startswith(PREFIX)}
+    token = STACK_FILE.set(path)  # the eval block's paths are relative to the stack file's repository
     try:
+        rendered = render_config(args.stack, config, now=now)
         settings = parse(raw, stack=args.stack)
     except SettingsError as exc:  # the program accepted it: the same parse cannot refuse it now
         raise RenderError(f"stack config spot-eval:{exc}") from None
+    finally:
+        STACK_FILE.reset(token)
     cost = plan_cost(settings, raw, price_now=args.price_now)
     extra = notes(rendered, settings.node.count)
     if args.json:

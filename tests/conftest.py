@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,15 @@ import pytest
 
 from spoteval import standin
 from tests import servers
+
+
+@pytest.fixture(autouse=True)
+def _each_test_in_the_folder_it_began_in() -> Iterator[None]:
+    """A shard run in this process enters its task's folder (spoteval/harness/locate.py: `enter`), as
+    a node's shard process does; the next test starts where the suite started."""
+    here = os.getcwd()
+    yield
+    os.chdir(here)
 
 
 @pytest.fixture(scope="session")

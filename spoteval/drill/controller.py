@@ -36,8 +36,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -61,12 +59,13 @@ from spoteval.drill.config import (
     node_id,
 )
 from spoteval.drill.display import Display
+from spoteval.drill.moto_store import create_bucket, start_moto
 from spoteval.drill.node import launch_node
 from spoteval.drill.plane import Launch, LocalPlane, local_outputs
 from spoteval.drill.procs import descendants, episodes_in, frozen, identifiable
 from spoteval.harness.hold import ENV as HOLD_ENV
 from spoteval.harness.hold import RELEASE_ENV
-from spoteval.loopback import LaunchError, free_port
+from spoteval.loopback import free_port
 from spoteval.manifest import ManifestEntry, dump_manifest
 from spoteval.operate.lease import OperatorLease, holder_name
 from spoteval.operate.loop import Line, Operator
@@ -74,27 +73,6 @@ from spoteval.record import Event, RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError
 
 _PREEMPTED_SEQ: Final = 900_000
-
-
-def start_moto(out: Path) -> loopback.Server:
-    """The moto server for `--store s3`, its log in `out/moto.log`."""
-    if loopback.moto_command() is None:
-        raise DrillError("--store s3 needs the moto server: install it with pip install 'moto[server]'")
-    try:
-        return loopback.start_moto(workdir=out, log_name="moto.log", die_with_parent=False)
-    except LaunchError as exc:
-        if exc.exited is not None:
-            raise DrillError(f"the moto server exited with {exc.exited} (see {out}/moto.log)") from None
-        raise DrillError("the moto server did not answer within 60 s") from None
-
-
-def create_bucket(moto: loopback.Server, bucket: str) -> None:
-    req = urllib.request.Request(f"{moto.url}/{bucket}", method="PUT")
-    try:
-        urllib.request.urlopen(req, timeout=10).close()
-    except urllib.error.HTTPError as exc:
-        if exc.code != 409:
-            raise DrillError(f"creating the drill's bucket failed: HTTP {exc.code}") from None
 
 
 class Drill:

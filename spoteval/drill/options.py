@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,19 @@ def _samples(text: str | None) -> tuple[Any, ...] | int | None:
         return tuple(parse_samples(ids))
     except SampleIdError as exc:
         raise OptionError(f"--samples: {exc}") from None
+
+
+def command_argv(text: str | None, option: str) -> tuple[str, ...] | None:
+    """A command option's words (`--eval-command`, `--server-command`), split as a shell would."""
+    if text is None:
+        return None
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise OptionError(f"{option}: {exc}") from None
+    if not argv:
+        raise OptionError(f"{option}: empty command")
+    return argv
 
 
 def own_eval(args: argparse.Namespace) -> OwnEval:
