@@ -43,6 +43,7 @@ from spoteval.clouds.base import (
 )
 from spoteval.price import Price
 from spoteval.providers import GCP
+from spoteval.providers import gcp as gcp_facts
 
 assert GCP.price is not None and GCP.price.url is not None
 #: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers.py)
@@ -67,16 +68,8 @@ _GPU = re.compile(
     r"|(?P<b>.+?) GPU attached to Spot Preemptible VMs running in )"
 )
 _GPU_NOISE: Final = frozenset({"nvidia", "tesla", "gpu", "amd"})
-#: Operation error codes that mean no capacity (or quota) now: worth retrying later.
-#: https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
-#: (checked 2026-12-01)
-CAPACITY_CODES: Final = (
-    "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-    "QUOTA_EXCEEDED",
-    "insufficientCapacity",
-    "quotaExceeded",
-)
+#: error codes of a start that mean no capacity (or quota) now (spoteval/providers/gcp.py)
+CAPACITY_CODES: Final = gcp_facts.CAPACITY_CODES
 
 
 def gpu_tokens(name: str) -> frozenset[str]:
