@@ -1,6 +1,6 @@
-"""Every provider fact lives in its provider's module in spoteval/providers/: no other module of spoteval/, components/ or
-scripts/ holds a provider's metadata URL or path, price or API endpoint, or a table of notice
-seconds or of providers billed from boot.
+"""Every provider fact lives in its provider's module in spoteval/providers/: no other module of
+spoteval/, components/ or scripts/ holds a provider's metadata URL or path, price or API endpoint,
+or a table of notice seconds or of providers billed from boot.
 
 Only code counts (string constants and literals, found with `ast`): docstrings and comments may name
 an endpoint when they explain what the code does with the fact it reads from spoteval/providers/.
@@ -89,7 +89,8 @@ def findings(path: Path) -> list[str]:
 
 def _modules() -> list[str]:
     paths = [p for folder in ("spoteval", "components", "scripts") for p in (ROOT / folder).rglob("*.py")]
-    return sorted(p.relative_to(ROOT).as_posix() for p in paths if HOME not in p.parents and "__pycache__" not in p.parts)
+    kept = [p for p in paths if HOME not in p.parents and "__pycache__" not in p.parts]
+    return sorted(p.relative_to(ROOT).as_posix() for p in kept)
 
 
 @pytest.mark.parametrize("module", _modules())
