@@ -31,6 +31,7 @@ from spoteval.agent.aws_price import _ALGORITHM, Credentials, _hmac, _quote, cre
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.notices import http
 from spoteval.provider_rules import AWS_AGENT_METRIC
+from spoteval.providers import REGISTRY, AgentMetric
 
 FORM_CONTENT_TYPE: Final = "application/x-www-form-urlencoded; charset=utf-8"
 
@@ -108,9 +109,12 @@ def put_has_work(
 
 
 def publishes(config: AgentConfig) -> bool:
-    """Whether this node publishes the signal: AWS nodes with an idle rule (the alarm's input)."""
+    """Whether this node publishes the signal: nodes of a provider whose idle rule watches the
+    agent's metric (`AGENT_METRIC`: AWS), with an idle rule (the alarm's input)."""
     node = config.node
-    return node.provider == "aws" and bool(node.region) and config.stop_rules.idle_s is not None
+    found = REGISTRY.get(node.provider)
+    watched = found is not None and isinstance(found.AGENT_METRIC, AgentMetric)
+    return watched and bool(node.region) and config.stop_rules.idle_s is not None
 
 
 def start_publisher(
