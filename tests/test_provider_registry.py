@@ -92,11 +92,8 @@ def test_every_fact_has_a_source_and_a_date(key: str) -> None:
             assert list(_sources(fact)), f"{key}.{name} has no source"
     found = [s for fact in _facts_of(p).values() for s in _sources(fact)]
     assert all(s.url.startswith("https://") and DATE.match(s.checked) for s in found), key
-    assert all(
-        s.url.startswith("https://") and DATE.match(s.checked)
-        for s in p.INSTANCE_TYPES.values()
-        for s in [Source(s.source, s.checked)]
-    )
+    shapes = p.INSTANCE_TYPES.values()
+    assert all(shape.source.startswith("https://") and DATE.match(shape.checked) for shape in shapes)
     assert (p.CAPACITY_SOURCE is None) == (not p.CAPACITY_CODES)
 
 
