@@ -52,7 +52,9 @@ def _provider(name: str) -> Provider:
 
 #: provider name and key (the stack's `provider` output) -> factory of its single-node plane
 PROVIDERS: Final[dict[str, Factory]] = {
-    spelling: _factory(p.PLANE) for p in registered() for spelling in (p.KEY, p.FACTS.name)
+    spelling: factory
+    for p, factory in ((p, _factory(p.PLANE)) for p in registered())
+    for spelling in (p.KEY, p.FACTS.name)
 }
 
 
