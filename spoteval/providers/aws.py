@@ -121,8 +121,8 @@ REGIONS: Final = Regions(
     zone_suffix=r"[a-z]",
     zones=(),
     source=Source(
-        "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-regions-availability-zones.html",
-        note="a zone is its region's code followed by a letter (us-east-1a)",
+        "https://docs.aws.amazon.com/global-infrastructure/latest/regions/aws-availability-zones.html",
+        note="the code of a zone is its region's code followed by a letter identifier (us-east-2a)",
     ),
 )
 

@@ -113,7 +113,7 @@ REGIONS: Final = Regions(
     zones=("1", "2", "3"),
     source=Source(
         "https://learn.microsoft.com/azure/reliability/availability-zones-overview",
-        note="a region with zones has three, named 1, 2 and 3 per subscription",
+        note="a region with zones has three logical zones, 1, 2 and 3, mapped per subscription",
     ),
 )
 

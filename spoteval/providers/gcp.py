@@ -112,7 +112,7 @@ REGIONS: Final = Regions(
     zones=(),
     source=Source(
         "https://cloud.google.com/compute/docs/regions-zones",
-        note="a zone is its region's name, a dash and a letter (us-central1-a)",
+        note="a zone is its region's name, a dash and a letter (us-central1-a), as Google's examples",
     ),
 )
 

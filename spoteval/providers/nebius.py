@@ -105,7 +105,7 @@ INSTANCE_TYPES: Final[Mapping[str, InstanceShape]] = {}
 _GPUS: Final = re.compile(r"^(\d+)gpu-")
 
 
-def gpus_of(instance_type: str, stack_gpu_count: int | None = None) -> int | None:
+def gpus_of(instance_type: str, stack_gpu_count: int | None = None) -> int:
     """GPUs of `PLATFORM/PRESET` (`gpu-h100-sxm/1gpu-16vcpu-200gb` -> 1); 1 when the preset says none."""
     preset = instance_type.rsplit("/", 1)[-1]
     m = _GPUS.match(preset)
