@@ -135,6 +135,9 @@ def _capabilities(p: Provider) -> Iterator[str]:
             f"- Metric the agent publishes for the idle stop rule: `{m.namespace}/{m.metric}` by "
             f"`{m.dimension}`, every {m.interval_s:g} s, at `{m.url}` ({m.version}) {_cite(m.source)}."
         )
+    if not isinstance(p.PREEMPT_OPTION, Lacks):
+        option = p.PREEMPT_OPTION
+        yield f"- A simulated preemption needs the plane option `{option.name}` {_cite(option.source)}."
     for name, source in p.PERMISSIONS.items():
         yield f"- Stop rule or permission `{name}` {_cite(source)}."
 

@@ -33,9 +33,9 @@ def test_every_fact_is_cited_with_its_source_and_date() -> None:
     for use, (role, source) in NEBIUS_ROLES.items():
         assert f"| `{role}` | {use} | [source]({source.url}), checked {CHECKED}" in text
     # 15 cited facts per provider, one more where it has other API endpoints (Nebius, Runpod), one
-    # per flavour and role; then the capabilities: AWS 16 (capacity codes, regions, pool engine, pool
-    # scaling, events and their names, the agent metric, 5 permissions, 4 shapes), GCP 12 (no agent
-    # metric, 3 permissions, 3 shapes), Azure 12 (2 permissions, 4 shapes), Kubernetes 6 (no notices,
-    # no price API, no regions, no pool engine, pool scaling, events), Nebius and Runpod 5 each
-    # (no notices, regions, pool engine, pool scaling or events)
-    assert text.count(f"checked {CHECKED}") == 4 * 15 + 2 * 16 + 5 + 5 + 16 + 12 + 12 + 6 + 5 + 5 == 158
+    # per flavour and role; then the capabilities: AWS 17 (capacity codes, regions, pool engine,
+    # pool scaling, events and their names, the agent metric, the preemption option, 5 permissions,
+    # 4 shapes), GCP 12 (no agent metric, 3 permissions, 3 shapes), Azure 12 (2 permissions, 4
+    # shapes), Kubernetes 6 (no notices, no price API, no regions, no pool engine, pool scaling,
+    # events), Nebius and Runpod 5 each (no notices, regions, pool engine, pool scaling or events)
+    assert text.count(f"checked {CHECKED}") == 4 * 15 + 2 * 16 + 5 + 5 + 17 + 12 + 12 + 6 + 5 + 5 == 159

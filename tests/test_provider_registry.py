@@ -67,6 +67,7 @@ def _facts_of(p: Provider) -> dict[str, object]:
         "ROLES": p.ROLES,
         "AGENT_METRIC": p.AGENT_METRIC,
         "FLAVOURS": p.FLAVOURS,
+        "PREEMPT_OPTION": p.PREEMPT_OPTION,
     }
 
 
@@ -104,11 +105,11 @@ def test_each_missing_capability_is_a_named_none() -> None:
     }
     assert lacking == {
         "aws": [],
-        "gcp": ["AGENT_METRIC"],
-        "azure": ["AGENT_METRIC"],
-        "k8s": ["AGENT_METRIC", "NOTICES", "POOLS", "PRICE", "REGIONS"],
-        "nebius": ["AGENT_METRIC", "EVENTS", "NOTICES", "POOLS", "POOL_SCALE", "REGIONS"],
-        "runpod": ["AGENT_METRIC", "EVENTS", "NOTICES", "POOLS", "POOL_SCALE", "REGIONS"],
+        "gcp": ["AGENT_METRIC", "PREEMPT_OPTION"],
+        "azure": ["AGENT_METRIC", "PREEMPT_OPTION"],
+        "k8s": ["AGENT_METRIC", "NOTICES", "POOLS", "PREEMPT_OPTION", "PRICE", "REGIONS"],
+        "nebius": ["AGENT_METRIC", "EVENTS", "NOTICES", "POOLS", "POOL_SCALE", "PREEMPT_OPTION", "REGIONS"],
+        "runpod": ["AGENT_METRIC", "EVENTS", "NOTICES", "POOLS", "POOL_SCALE", "PREEMPT_OPTION", "REGIONS"],
     }
 
 

@@ -65,6 +65,7 @@ PERMISSIONS: Final[Mapping[str, Source]] = {}
 ROLES: Final[Mapping[str, tuple[str, Source]]] = {}
 AGENT_METRIC: Final = Lacks("agent metric", "no stop rule on a metric", Source(_DOCS))
 FLAVOURS: Final[Mapping[str, K8sFlavour]] = {}
+PREEMPT_OPTION: Final = Lacks("preemption option", "the plane stops the VM by itself", Source(_DOCS))
 
 
 def gpus_of(instance_type: str, stack_gpu_count: int | None = None) -> int | None:

@@ -32,6 +32,7 @@ from spoteval.providers.base import (
     K8sFlavour,
     Lacks,
     Metadata,
+    PlaneOption,
     PoolEngine,
     PoolScale,
     PriceApi,
@@ -94,6 +95,9 @@ class Provider(Protocol):
     #: the stack component's module (components/)
     @property
     def COMPONENT(self) -> str: ...
+    #: the plane option a simulated preemption needs (`--mode preempt`), or its named none
+    @property
+    def PREEMPT_OPTION(self) -> PlaneOption | Lacks: ...
 
     def gpus_of(self, instance_type: str, stack_gpu_count: int | None = None) -> int | None:
         """GPUs on one node of an instance type; None when unknown."""
@@ -192,6 +196,7 @@ __all__ = [
     "K8sFlavour",
     "Lacks",
     "Metadata",
+    "PlaneOption",
     "PoolEngine",
     "PoolScale",
     "PriceApi",

@@ -11,6 +11,7 @@ from spoteval.providers.base import (
     InstanceShape,
     K8sFlavour,
     Metadata,
+    PlaneOption,
     PoolEngine,
     PoolScale,
     PriceApi,
@@ -241,3 +242,13 @@ PERMISSIONS: Final[Mapping[str, Source]] = {
 
 ROLES: Final[Mapping[str, tuple[str, Source]]] = {}
 FLAVOURS: Final[Mapping[str, K8sFlavour]] = {}
+
+#: a simulated preemption is a FIS experiment: the plane needs its template's id
+PREEMPT_OPTION: Final = PlaneOption(
+    "fis_template_id",
+    Source(
+        "https://docs.aws.amazon.com/fis/latest/userguide/fis-actions-reference.html"
+        "#send-spot-instance-interruptions",
+        note="aws:ec2:send-spot-instance-interruptions, run from an experiment template",
+    ),
+)

@@ -210,3 +210,8 @@ AGENT_METRIC: Final = Lacks(
     "Azure offers no built-in stop on a metric",
     Source("https://learn.microsoft.com/azure/virtual-machines/auto-shutdown-vm"),
 )
+
+#: a simulated preemption needs no option of the plane
+PREEMPT_OPTION: Final = Lacks(
+    "preemption option", "the plane simulates a preemption by itself", Source(_AZ_SPOT)
+)

@@ -186,6 +186,14 @@ class Lacks:
 
 
 @dataclass(frozen=True)
+class PlaneOption:
+    """An option of the provider's control plane that one of its actions needs."""
+
+    name: str
+    source: Source
+
+
+@dataclass(frozen=True)
 class AgentMetric:
     """A metric the agent publishes for a provider-side stop rule to watch."""
 

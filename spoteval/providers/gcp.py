@@ -194,3 +194,8 @@ PERMISSIONS: Final[Mapping[str, Source]] = {
 ROLES: Final[Mapping[str, tuple[str, Source]]] = {}
 FLAVOURS: Final[Mapping[str, K8sFlavour]] = {}
 AGENT_METRIC: Final = Lacks("agent metric", "no idle stop rule on a metric", Source(_GCP_BILLING))
+
+#: a simulated preemption needs no option of the plane
+PREEMPT_OPTION: Final = Lacks(
+    "preemption option", "the plane simulates a preemption by itself", Source(_GCP_SPOT)
+)

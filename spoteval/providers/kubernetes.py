@@ -196,3 +196,8 @@ K8S_FLAVOURS: Final[Mapping[str, K8sFlavour]] = {
 ROLES: Final[Mapping[str, tuple[str, Source]]] = {}
 AGENT_METRIC: Final = Lacks("agent metric", "the Job ends the pods", Source(_K8S_TERMINATION))
 FLAVOURS: Final = K8S_FLAVOURS
+
+#: a simulated preemption needs no option of the plane
+PREEMPT_OPTION: Final = Lacks(
+    "preemption option", "the plane simulates a preemption by itself", Source(_K8S_TERMINATION)
+)

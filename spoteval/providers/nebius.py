@@ -136,3 +136,8 @@ PERMISSIONS: Final[Mapping[str, Source]] = {}
 
 FLAVOURS: Final[Mapping[str, K8sFlavour]] = {}
 AGENT_METRIC: Final = Lacks("agent metric", "the node stops itself through the API", Source(_NB_PROTO))
+
+#: a simulated preemption needs no option of the plane
+PREEMPT_OPTION: Final = Lacks(
+    "preemption option", "the plane simulates a preemption by itself", Source(_NB_PROTO)
+)

@@ -105,3 +105,8 @@ PERMISSIONS: Final[Mapping[str, Source]] = {}
 ROLES: Final[Mapping[str, tuple[str, Source]]] = {}
 FLAVOURS: Final[Mapping[str, K8sFlavour]] = {}
 AGENT_METRIC: Final = Lacks("agent metric", "the pod stops itself through the API", Source(_RP_V2))
+
+#: a simulated preemption needs no option of the plane
+PREEMPT_OPTION: Final = Lacks(
+    "preemption option", "the plane simulates a preemption by itself", Source(_RP_V2)
+)
