@@ -46,7 +46,7 @@ from spoteval.providers import GCP
 from spoteval.providers import gcp as gcp_facts
 
 assert GCP.price is not None and GCP.price.url is not None
-#: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers.py)
+#: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers/gcp.py)
 COMPUTE_SERVICE: Final = GCP.price.names["compute_service"]
 CATALOG_URL: Final[str] = GCP.price.url
 _STATES: Final = {

@@ -3,7 +3,7 @@ provider.
 
 Each watcher runs in a daemon thread and calls `deliver(notice)` when the capacity is about to go.
 The base URL comes from the config's `metadata_url` (tests point it at a fake); every URL, path,
-header and notice length comes from spoteval/providers.py.
+header and notice length comes from the providers' fact modules (spoteval/providers/).
 
 - base.py     `Notice`, the `Watcher` protocol, `WatchContext`, `PollingWatcher` (the shared loop)
 - http.py     the metadata HTTP helper (never through a proxy; the price lookups use it too)
@@ -67,7 +67,7 @@ NOTICE_S: Final[Mapping[str, float]] = {
     key: float(notice) for key in _WITH_WATCHER if (notice := BY_KEY[key].notice_s) is not None
 }
 RESTART_WATCHER_S: Final = 1.0  # a watcher that failed starts again after this long
-#: Seconds from SIGTERM to SIGKILL the agent assumes per provider (conservative; spoteval/providers.py)
+#: Seconds from SIGTERM to SIGKILL the agent assumes per provider (conservative; spoteval/providers/)
 SIGTERM_GRACE_S: Final[Mapping[str, float]] = {
     **{key: facts.sigterm_grace_s for key, facts in BY_KEY.items()},
     LOCAL: LOCAL_SIGTERM_GRACE_S,
