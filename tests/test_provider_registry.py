@@ -224,3 +224,16 @@ def test_a_toy_eighth_provider_needs_its_modules_and_one_registry_entry(tmp_path
         if re.search(r"\btoy\b", p.read_text(encoding="utf-8"))
     )
     assert naming == ["spoteval/clouds/toy.py", "spoteval/providers/__init__.py", "spoteval/providers/toy.py"]
+
+
+def test_the_agents_tables_follow_the_facts() -> None:
+    """A watcher for each provider whose notice comes from a metadata service, and a price reader
+    on the node for each whose price API answers a node with the standard library."""
+    from spoteval.agent import notices
+    from spoteval.agent.price import PRICE_APIS
+
+    with_notice = {key for key, p in REGISTRY.items() if isinstance(p.NOTICES, Metadata)}
+    assert with_notice == {"aws", "gcp", "azure"}
+    assert {key for key, make in notices.WATCHERS.items() if make.__name__ != "_no_metadata"} == with_notice
+    on_node = {key for key, p in REGISTRY.items() if isinstance(p.PRICE, PriceApi) and p.PRICE.node_markets}
+    assert set(PRICE_APIS) == on_node == {"aws", "azure"}
