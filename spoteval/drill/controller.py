@@ -80,6 +80,8 @@ class Drill:
         self.moto: loopback.Server | None = None
         self.planes: list[LocalPlane] = []
         self.notes: list[str] = []
+        self.kills: list[Kill] = []  # each time the provider took a node
+        self.exit_codes: list[int | None] = []  # each agent's exit code, as its node ended
         self.provider = Provider(cfg, self.planes, (), self._log)
         self.prepared: DrillBundle | None = None  # the bundle every node start unpacks
 
@@ -224,9 +226,7 @@ class Drill:
         self._make_planes(configs)
         members = [_Member(plane, i) for i, plane in enumerate(self.planes, start=1)]
         operator = self._operator(run, store_url, options, configs)
-        kills: list[Kill] = []
-        exit_codes: list[int | None] = []
-        finished = self._operated(run, members, operator, kills, exit_codes)
+        finished = self._operated(run, members, operator)
         result = DrillResult(
             config=cfg,
             run_id=run_id,
@@ -235,11 +235,11 @@ class Drill:
             started=started,
             ended=utc_now(),
             incarnations=sum(p.starts for p in self.planes),
-            kills=tuple(kills),
+            kills=tuple(self.kills),
             finished=finished,
             episodes=len(entries),
             results=max(0, run.results()),
-            exit_codes=tuple(exit_codes),
+            exit_codes=tuple(self.exit_codes),
             notes=tuple(self.notes),
         )
         (self.out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
@@ -276,14 +276,7 @@ class Drill:
             lease=OperatorLease(run.store, run_id, holder=holder_name("drill"), ttl_s=cfg.lease_ttl_s),
         )
 
-    def _operated(
-        self,
-        run: DrilledRun,
-        members: list[_Member],
-        operator: Operator,
-        kills: list[Kill],
-        exit_codes: list[int | None],
-    ) -> bool:
+    def _operated(self, run: DrilledRun, members: list[_Member], operator: Operator) -> bool:
         """Each node's first start (the stack coming up, `initial`), then the operator's loop beside
         the chaos until every episode has a result (True) or the time limit (False)."""
         for plane in self.planes:
@@ -295,7 +288,7 @@ class Drill:
         thread.start()
         finished = False
         try:
-            finished = self._loop(run, members, operator, kills, exit_codes)
+            finished = self._loop(run, members, operator)
         finally:
             operating.set()
             thread.join(timeout=60)
@@ -323,14 +316,7 @@ class Drill:
                 self._log(f"operator: {operator.standing.line()}")  # another operator took the lease
             reading = operator.reading
 
-    def _loop(
-        self,
-        run: DrilledRun,
-        members: list[_Member],
-        operator: Operator,
-        kills: list[Kill],
-        exit_codes: list[int | None],
-    ) -> bool:
+    def _loop(self, run: DrilledRun, members: list[_Member], operator: Operator) -> bool:
         """Chaos on every node until every episode has a result (True) or the time limit (False)."""
         cfg = self.cfg
         while True:
@@ -338,7 +324,7 @@ class Drill:
             done = run.results()
             all_done = done >= len(run.ids)
             for m in members:
-                self._watch(m, run, operator, kills, exit_codes, now=now, all_done=all_done)
+                self._watch(m, run, operator, now=now, all_done=all_done)
             if all_done and all(m.chaos.over for m in members):
                 return True
             if now >= run.deadline:
@@ -348,26 +334,16 @@ class Drill:
                 )
                 self._log(self.notes[-1])
                 return False
-            self._status(done, len(run.ids), members, len(kills))
+            self._status(done, len(run.ids), members, len(self.kills))
             time.sleep(0.05)
 
-    def _watch(
-        self,
-        m: _Member,
-        run: DrilledRun,
-        operator: Operator,
-        kills: list[Kill],
-        exit_codes: list[int | None],
-        *,
-        now: float,
-        all_done: bool,
-    ) -> None:
+    def _watch(self, m: _Member, run: DrilledRun, operator: Operator, *, now: float, all_done: bool) -> None:
         """One node: a new life when it was started, its own end, the provider's notice and kill."""
         plane = m.plane
         launch = plane.latest  # its number and launch time come together (see plane.py)
         if launch is not None and launch.number != m.chaos.start:  # started (by the operator after the first)
             m.chaos = self.provider.new_life(plane, launch)
-        exit_codes.extend(code for _, code in plane.exits())
+        self.exit_codes.extend(code for _, code in plane.exits())
         if not m.chaos.over and not plane.state().running:  # it ended by itself (or was stopped)
             m.chaos.over = True
             code = plane.process.returncode if plane.process is not None else None
@@ -398,8 +374,8 @@ class Drill:
             kill = self.provider.act(run, m.chaos, plane, now=now, all_done=all_done)
             if kill is not None:
                 m.early = 0
-                kills.append(kill)
-                exit_codes.append(kill.agent_exit)
+                self.kills.append(kill)
+                self.exit_codes.append(kill.agent_exit)
                 self._log(
                     f"{node_name(self.cfg, plane)}taken (preempted); capacity comes back in "
                     f"{kill.capacity_delay_s:.1f} s"
