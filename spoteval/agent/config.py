@@ -25,7 +25,7 @@ from spoteval.record import MARKETS, RecordError, check_id
 from spoteval.store import StoreError, check_url
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
+    from typing import Unpack  # Python 3.11: only the type checker reads it
 
 #: the providers a node may be on; `local` runs the agent on the user's machine (drills, tests)
 PROVIDERS: Final = (*KEYS, "local")
@@ -465,7 +465,16 @@ def build_agent_config(**args: Unpack[AgentConfigArgs]) -> dict[str, Any]:
 
 
 def _given(args: AgentConfigArgs) -> dict[str, Any]:
-    """The arguments that are not None (a None one is left out of the config)."""
+    """The arguments that are not None (a None one is left out of the config); a missing required
+    argument or an unknown one is a TypeError, as for any function's keywords."""
+    required, optional = AgentConfigArgs.__required_keys__, AgentConfigArgs.__optional_keys__
+    missing = sorted(required - set(args))
+    unknown = sorted(set(args) - required - optional)
+    problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
+        [f"unknown {', '.join(unknown)}"] if unknown else []
+    )
+    if problems:
+        raise TypeError(f"build_agent_config(): {'; '.join(problems)}")
     return {key: value for key, value in args.items() if value is not None}
 
 
