@@ -8,7 +8,6 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from tests.fake_metadata import (
     FakeAws,
     Proxy,
     agent_config,
-    cleanup_tagged,
     episode_command,
     read_record,
     start_agent,
@@ -36,14 +34,6 @@ from tests.fake_metadata import (
 from tests.faults import attempt_name, traced_attempts
 
 pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
 
 
 def _trace(path: Path) -> tuple[Counter[str], Counter[str]]:

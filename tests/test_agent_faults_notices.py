@@ -8,7 +8,6 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from tests.fake_metadata import (
     FakeAzure,
     FakeServer,
     agent_config,
-    cleanup_tagged,
     episode_command,
     read_record,
     start_agent,
@@ -41,14 +39,6 @@ pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loade
 
 FAULTS = ("truncated", "garbage", "500", "bad_utf8", "hangup")
 TRIVIAL = ["sh", "-c", "echo '{\"ok\": true}' > {output}"]
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
 
 
 def _starts(trace: Path) -> int:

@@ -15,7 +15,6 @@ from tests.conftest import StoreTarget
 from tests.fake_metadata import (
     AgentProcess,
     agent_config,
-    cleanup_tagged,
     episode_command,
     read_record,
     start_agent,
@@ -26,14 +25,6 @@ from tests.fake_metadata import (
 from tests.faults import GatedPrices
 
 pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ from tests import servers
 from tests.fake_metadata import (
     AgentProcess,
     agent_config,
-    cleanup_tagged,
     episode_command,
     read_record,
     start_agent,
@@ -47,14 +46,6 @@ from tests.faults import (
 pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
 
 TRIVIAL = ["sh", "-c", 'echo \'{"ok": true, "id": "{episode_id}"}\' > {output}']
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
 
 
 class Bench:

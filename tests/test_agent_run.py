@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from tests.fake_metadata import (
     FakeAzurePrices,
     FakeGcp,
     agent_config,
-    cleanup_tagged,
     episode_command,
     read_record,
     start_agent,
@@ -34,14 +32,6 @@ from tests.fake_metadata import (
 )
 
 pytestmark = pytest.mark.timing  # also run beside two busy processes (.ci/loaded-pass)
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
 
 
 def _setup(target: StoreTarget, tmp_path: Path, ids: list[str], **kw: Any) -> str:

@@ -38,7 +38,6 @@ from tests.fake_metadata import (
     AgentProcess,
     Proxy,
     agent_config,
-    cleanup_tagged,
     episode_command,
     read_record,
     start_agent,
@@ -56,14 +55,6 @@ RUNPOD_NOTICE_S = 5.0
 
 def _stopped_by_agent(attempt: Any) -> bool:
     return (attempt.error or "").startswith("killed by the agent")
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from tests.conftest import StoreTarget
 from tests.fake_metadata import (
     AgentProcess,
     agent_config,
-    cleanup_tagged,
     read_record,
     start_agent,
     write_config,
@@ -47,14 +45,6 @@ def test_exit_codes_tell_a_harness_error_from_a_model_failure(tmp_path: Path) ->
     assert _ended(tmp_path, 1).outcome == "model_failure"
     assert _ended(tmp_path, 0).outcome == "model_failure"  # exit 0 without a result file
     assert ep.openai_base_url("http://127.0.0.1:8000/") == "http://127.0.0.1:8000/v1"
-
-
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
 
 
 @pytest.mark.slow
