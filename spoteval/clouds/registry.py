@@ -6,17 +6,12 @@ others installed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from spoteval.clouds.base import ControlPlane, ControlPlaneError, PlaneOptions, StackOutputs
 
-if TYPE_CHECKING:
-    from spoteval.events.base import Capture, EventReader
-
 Factory = Callable[[StackOutputs, str, PlaneOptions], ControlPlane]
-EventsFactory = Callable[["Capture", StackOutputs, PlaneOptions], "EventReader"]
 
 
 def _aws(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
@@ -101,52 +96,6 @@ def open_plane(
     if factory is None:
         raise ControlPlaneError(f"no control plane for provider {outputs.provider!r}")
     return factory(outputs, node, options)
-
-
-# --- readers of the provider's own event history (spoteval/events/) --------------------------------
-
-
-def _aws_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import aws
-
-    return aws.connect(capture, outputs.region)
-
-
-def _gcp_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import gcp
-
-    return gcp.connect(capture)
-
-
-def _azure_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import azure
-
-    subscription = options.own("azure").get("subscription") or os.environ.get("AZURE_SUBSCRIPTION_ID")
-    return azure.connect(capture, subscription)
-
-
-def _kubernetes_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import kubernetes
-
-    return kubernetes.connect(capture, outputs.node_ids[0])
-
-
-#: provider name -> the reader of the events its stack keeps (Nebius and Runpod keep none)
-EVENT_READERS: Final[dict[str, EventsFactory]] = {
-    "aws": _aws_events,
-    "gcp": _gcp_events,
-    "azure": _azure_events,
-    "kubernetes": _kubernetes_events,
-    "k8s": _kubernetes_events,
-}
-
-
-def open_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    """The reader of the stack's event capture; ControlPlaneError for a provider that has none."""
-    factory = EVENT_READERS.get(outputs.provider)
-    if factory is None:
-        raise ControlPlaneError(f"{outputs.provider}: spot-eval has no reader of this provider's events")
-    return factory(capture, outputs, options)
 
 
 #: The flat option names of the restart measurement's command line -> (provider, the option's key

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spoteval.clouds.base import ControlPlaneError, PlaneOptions, StackOutputs
-from spoteval.clouds.registry import open_events
+from spoteval.events.readers import open_events
 from spoteval.config_reader import DocumentError, describe, read_mapping
 from spoteval.events.base import Capture, EventsError, Recorded, record
 from spoteval.placement import PlacementError
