@@ -41,29 +41,9 @@ from spoteval.clouds.base import (
     wait_for,
 )
 from spoteval.apis import gcp_billing
-from spoteval.apis.gcp_billing import (
-    CATALOG_URL,
-    COMPUTE_SERVICE,
-    SPOT,
-    MachineShape,
-    gpu_tokens,
-    shape_price,
-    unit_price,
-)
+from spoteval.apis.gcp_billing import CATALOG_URL, SPOT, MachineShape, shape_price
 from spoteval.price import Price
 from spoteval.providers import GCP
-
-__all__ = [
-    "CAPACITY_CODES",
-    "CATALOG_URL",
-    "COMPUTE_SERVICE",
-    "GcpOptions",
-    "GcpPlane",
-    "MachineShape",
-    "catalog_price",
-    "gpu_tokens",
-    "unit_price",
-]
 
 _STATES: Final = {
     "PROVISIONING": "pending",

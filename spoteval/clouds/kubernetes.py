@@ -21,7 +21,6 @@ in the record.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Final

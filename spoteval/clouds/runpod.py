@@ -9,7 +9,7 @@ prices and network volumes, through the client in `spoteval.apis.runpod` (`Runpo
 node agent's API stop and the Pulumi dynamic provider share.
 
 - Credentials: `RUNPOD_API_KEY` (sent as `Authorization: Bearer`). Address: `RUNPOD_REST_URL`
-  (default `DEFAULT_REST_URL`, `https://api.runpod.io/v2`). Tests point it at a fake.
+  (default `spoteval.apis.runpod.DEFAULT_REST_URL`, `https://api.runpod.io/v2`). Tests point it at a fake.
 - A node id is the pod id. The stack's `instance_type` output is the GPU type id (`NVIDIA L4`).
 - State: `GET /v2/pods/{id}`: RUNNING with a runtime is running; PROVISIONING, STARTING and RUNNING
   without a runtime are pending; EXITED and ERROR are stopped (both take `start`); TERMINATED (or
@@ -28,26 +28,10 @@ node agent's API stop and the Pulumi dynamic provider share.
 
 from __future__ import annotations
 
-import json
-import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-from spoteval.apis.runpod import (
-    API_KEY_ENV,
-    CLOUDS,
-    DEFAULT_REST_URL,
-    REST_URL_ENV,
-    GpuPrice,
-    Pod,
-    PodPort,
-    RunpodApi,
-    RunpodError,
-)
+from spoteval.apis.runpod import GpuPrice, Pod, RunpodApi, RunpodError
 from spoteval.apis.runpod import number as _number
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
@@ -60,6 +44,7 @@ from spoteval.clouds.base import (
     configured_price,
     wait_for,
 )
+from spoteval.grant import above_price_cap
 from spoteval.price import Price
 from spoteval.providers import RUNPOD
 
@@ -75,8 +60,9 @@ CAPACITY_WORDS: Final = (
 
 
 def capped_price(per_gpu: float, max_per_gpu: float | None) -> float:
-    """The price per GPU-hour a start would pay, refused above the grant's cap."""
-    if max_per_gpu is not None and per_gpu > max_per_gpu + 1e-9:
+    """The price per GPU-hour a start would pay, refused above the grant's cap (the grant's rule,
+    with a nano-unit's slack for the cap divided by the GPUs)."""
+    if above_price_cap(per_gpu - 1e-9, max_per_gpu):
         raise RunpodError(
             f"the price {per_gpu:g} per GPU-hour is above the most the grant allows "
             f"({max_per_gpu:g} per GPU-hour)"
