@@ -2,7 +2,8 @@
 starts), the end of each attempt, and its record.
 
 `Attempts` is a part of `Agent` (spoteval/agent/loop.py), kept apart so that each file reads as one
-phase; it declares the agent's state and steps it uses.
+phase; the state and steps it shares with the others are declared once, in
+spoteval/agent/state.py.
 
 - Free slots are held back while the store falls behind (`BACKLOG` objects waiting), or, during an
   outage, once the spool holds `outage_backlog` objects; a spool disk without room stops dispatch.
@@ -19,24 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from spoteval.agent import episodes as ep
-from spoteval.agent.boot import BootTimes, ready_details
-from spoteval.agent.claimed import EpisodeQueue
-from spoteval.agent.config import AgentConfig
-from spoteval.agent.evalenv import Prepared, Preparing
-from spoteval.agent.health import ServerWatch
-from spoteval.agent.notices import Notice
-from spoteval.agent.rules import Stop, outage_backlog
-from spoteval.agent.uploader import ATTEMPT, Item, Uploader
+from spoteval.agent.boot import ready_details
+from spoteval.agent.rules import outage_backlog
+from spoteval.agent.state import AgentState
+from spoteval.agent.uploader import ATTEMPT, Item
 from spoteval.claims.takeover import LOST, OWN, WAIT
-from spoteval.manifest import ManifestEntry
 from spoteval.record import Attempt, format_time, utc_now
 
 JOURNAL_WAIT_S: Final = 5.0  # longest wait for the in-flight heartbeat before starting attempts anyway
@@ -44,65 +36,8 @@ UPLOAD_THREADS: Final = 16
 BACKLOG: Final = 2 * UPLOAD_THREADS  # objects allowed to wait for the store before dispatch holds back
 
 
-class Attempts:
-    """Declares the agent's state (set by `Agent.__init__`) and steps (`Agent`'s methods) used here."""
-
-    config: AgentConfig
-    incarnation: str
-    manifest: dict[str, ManifestEntry]
-    work_dir: str
-    model_url: str
-    dispatches: Iterator[int]
-    pending: EpisodeQueue
-    running: dict[str, ep.Running]
-    settling: list[tuple[ep.Running, ep.Ended]]
-    final: set[str]
-    failures: dict[str, int]
-    next_n: dict[str, int]
-    in_flight: dict[tuple[str, int], datetime]
-    counts: dict[str, int]
-    durations: deque[float]
-    durable_s: list[float]
-    notice: Notice | None
-    stop: Stop | None
-    noticed: threading.Event
-    server: ep.ModelServer
-    health: ServerWatch
-    boot: BootTimes
-    started_mono: float
-    first_dispatch_mono: float | None
-    record_read_s: float
-    eval_env: Preparing
-    prepared: Prepared | None
-
-    @property
-    def up(self) -> Uploader:
-        raise NotImplementedError  # Agent's
-
-    def event(
-        self, kind: str, reason: str | None, details: Mapping[str, Any], when: datetime | None = None
-    ) -> Item:
-        raise NotImplementedError  # Agent's
-
-    def _wait_durable(self, item: Item, timeout: float, *, until_notice: bool = True) -> bool:
-        raise NotImplementedError  # Agent's
-
-    def _in_flight_detail(self) -> list[list[Any]]:
-        raise NotImplementedError  # Agent's
-
-    def _counts(self) -> dict[str, int]:
-        raise NotImplementedError  # Agent's
-
-    def _on_exit(self, run: ep.Running) -> None:
-        raise NotImplementedError  # Agent's
-
-    def _standing(self, episode: str) -> tuple[str, str | None]:
-        raise NotImplementedError  # Holding's
-
-    def _doomed_exit(self, run: ep.Running) -> bool:
-        raise NotImplementedError  # Holding's
-
-    log: Callable[[str], None]
+class Attempts(AgentState):
+    """The agent's attempts part (its state and steps: spoteval/agent/state.py)."""
 
     def _take_number(self, episode: str) -> int:
         n = self.next_n.get(episode, 1)

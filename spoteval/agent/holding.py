@@ -2,7 +2,8 @@
 the episode is its lease holder's (spoteval/claims/takeover.py: OWN, WAIT, LOST).
 
 `Holding` is a part of `Agent` (spoteval/agent/loop.py), kept apart so that each file reads as one
-phase; it declares the agent's state and steps it uses. A lone node (no `pool` section) never
+phase; the state and steps it shares with the others are declared once, in
+spoteval/agent/state.py. A lone node (no `pool` section) never
 waits and never gives anything up.
 
 - Every attempt carries the holder it runs under (`run.extra["holder"]`, the uploader's
@@ -22,30 +23,18 @@ waits and never gives anything up.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from spoteval.agent import episodes as ep
-from spoteval.agent.claimed import EpisodeQueue
+from spoteval.agent.state import AgentState
 from spoteval.agent.uploader import Item
 from spoteval.claims.takeover import LOST, OWN
 
 GIVE_UP_GRACE_S: Final = 2.0  # a given-up attempt: SIGTERM, then SIGKILL this long after
 
 
-class Holding:
-    """Declares the agent's state (set by `Agent.__init__`) and steps (`Agent`'s methods) used here."""
-
-    incarnation: str
-    pending: EpisodeQueue
-    running: dict[str, ep.Running]
-    doomed: dict[tuple[str, int], ep.Running]  # given up while running: stopped, never recorded
-    in_flight: dict[tuple[str, int], Any]
-    final: set[str]
-    failures: dict[str, int]
-    counts: dict[str, int]
-    seen_epoch: int
-    log: Callable[[str], None]
+class Holding(AgentState):
+    """The agent's holding part (its state and steps: spoteval/agent/state.py)."""
 
     def _standing(self, episode: str) -> tuple[str, str | None]:
         """(standing, holder) of a new attempt of the episode (the holder it would run under)."""

@@ -3,7 +3,8 @@ stopped), see it as it will be once the spool is uploaded, and apply what `histo
 decides from it.
 
 `Starting` is a part of `Agent` (spoteval/agent/loop.py), kept apart so that each file reads as one
-phase; it declares the agent's state and steps it uses.
+phase; the state and steps it shares with the others are declared once, in
+spoteval/agent/state.py.
 
 - The record must be read before anything starts. While the store does not answer, the agent waits
   (backing off to 30 s) with the model server stopped, and starts it again once the record is read;
@@ -15,46 +16,21 @@ phase; it declares the agent's state and steps it uses.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
 from spoteval.agent import history as hist
-from spoteval.agent.claimed import EpisodeQueue
-from spoteval.agent.config import AgentConfig
-from spoteval.agent.health import ServerWatch
-from spoteval.agent.price import Price
 from spoteval.agent.spooled import spooled_events, with_spool
+from spoteval.agent.state import AgentState
 from spoteval.agent.stopping import Fatal
-from spoteval.agent.uploader import ATTEMPT, Item, Uploader
-from spoteval.record import RunLayout, utc_now
-from spoteval.store import Store, StoreError
+from spoteval.agent.uploader import ATTEMPT, Item
+from spoteval.record import utc_now
+from spoteval.store import StoreError
 
 
-class Starting:
-    """Declares the agent's state (set by `Agent.__init__`) and steps (`Agent`'s methods) used here."""
-
-    config: AgentConfig
-    store: Store
-    layout: RunLayout
-    order: list[str]
-    incarnation: str
-    price: Price
-    prev: hist.Billed
-    spooled: list[Item]
-    health: ServerWatch
-    noticed: threading.Event
-    next_n: dict[str, int]
-    failures: dict[str, int]
-    final: set[str]
-    pending: EpisodeQueue
-    log: Callable[[str], None]
-
-    @property
-    def up(self) -> Uploader:
-        raise NotImplementedError  # Agent's
+class Starting(AgentState):
+    """The agent's starting part (its state and steps: spoteval/agent/state.py)."""
 
     def _read_history(self) -> tuple[hist.History, datetime] | None:
         """The record as it is now, and as it will be once the spool is uploaded; it must be read

@@ -1,7 +1,8 @@
 """The agent's part that ends work: a notice, a stop rule, and the end of the run.
 
 `Stopping` is a part of `Agent` (spoteval/agent/loop.py), kept apart so that each file reads as one
-phase; it declares the agent's state and steps it uses.
+phase; the state and steps it shares with the others are declared once, in
+spoteval/agent/state.py.
 
 - A notice that does not stop work (a rebalance recommendation) is recorded, nothing more.
 - The first notice that stops work: the pending queue is emptied, the notice event is made durable
@@ -25,24 +26,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any, Final
 
 from spoteval.agent import episodes as ep
 from spoteval.agent import exits, rules, tally
-from spoteval.agent.claimed import EpisodeQueue
-from spoteval.agent.config import AgentConfig
-from spoteval.agent.health import ServerWatch
-from spoteval.agent.notices import Notice, Watcher
+from spoteval.agent.notices import Notice
 from spoteval.agent.power import power_off
 from spoteval.agent.rules import Stop
 from spoteval.agent.scale_zero import scale_to_zero
-from spoteval.agent.uploader import Item, Uploader
+from spoteval.agent.state import AgentState
 from spoteval.agent.verdict import every_episode_harness_error
 from spoteval.record import RunLayout, format_time
-from spoteval.store import Store
 
 NOTICE_WAIT_S: Final = 5.0  # longest wait for the notice event before killing attempts anyway
 STOP_TERM_GRACE_S: Final = 5.0  # a stop rule: SIGTERM to each attempt, SIGKILL this long after
@@ -52,61 +46,8 @@ class Fatal(Exception):
     """The run cannot go on (the store refuses it for good); the message says why."""
 
 
-class Stopping:
-    """Declares the agent's state (set by `Agent.__init__`) and steps (`Agent`'s methods) used here."""
-
-    config: AgentConfig
-    notice: Notice | None
-    notice_mono: float
-    deadline_mono: float
-    stop: Stop | None
-    exit_code: int
-    store: Store
-    order: list[str]
-    pending: EpisodeQueue
-    running: dict[str, ep.Running]
-    settling: list[tuple[ep.Running, ep.Ended]]
-    durations: deque[float]
-    durable_s: list[float]
-    counts: dict[str, int]
-    watchers: dict[str, Watcher]
-    server: ep.ModelServer
-    health: ServerWatch
-
-    log: Callable[[str], None]
-
-    @property
-    def up(self) -> Uploader:
-        raise NotImplementedError  # Agent's
-
-    def event(
-        self, kind: str, reason: str | None, details: Mapping[str, Any], when: datetime | None = None
-    ) -> Item:
-        raise NotImplementedError  # Agent's
-
-    def _wait_durable(self, item: Item, timeout: float, *, until_notice: bool = True) -> bool:
-        raise NotImplementedError  # Agent's
-
-    def _in_flight_detail(self) -> list[list[Any]]:
-        raise NotImplementedError  # Agent's
-
-    def _counts(self) -> dict[str, int]:
-        raise NotImplementedError  # Agent's
-
-    def _uptime_s(self) -> float:
-        raise NotImplementedError  # Agent's
-
-    def _cost(self) -> float | None:
-        raise NotImplementedError  # Agent's
-
-    def _pump(self, timeout: float) -> None:
-        raise NotImplementedError  # Agent's
-
-    def _finalize(self, run: ep.Running, ended: ep.Ended) -> None:
-        raise NotImplementedError  # Agent's
-
-    def _during_shutdown(self, run: ep.Running, ended: ep.Ended) -> ep.Ended:
-        raise NotImplementedError  # Agent's
+class Stopping(AgentState):
+    """The agent's stopping part (its state and steps: spoteval/agent/state.py)."""
 
     # --- notices and stops ----------------------------------------------------------------------
 
