@@ -6,8 +6,9 @@ answer XML: `spot_price_now`), the control plane and the offers ask boto3 (the a
 `from_sdk`); both pick the price with `newest`. Linux/UNIX covers "Linux/UNIX (Amazon VPC)" too.
 On-demand nodes have no such API (the Price List API is a different, large service).
 
-https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html
-(checked 2026-12-02)
+https://docs.aws.amazon.com/sdk-for-kotlin/api/latest/ec2/aws.sdk.kotlin.services.ec2/-ec2-client/describe-spot-price-history.html
+(checked 2026-12-02: with a start time the answer holds the last change before it, "the effective
+price as of the start time"; the product descriptions include "Linux/UNIX (Amazon VPC)")
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ descriptions count (`SPOT`, `ON_DEMAND`): "Spot Preemptible G2 Instance Core run
 against "G2 Instance Core running in Americas". The SKU list is paged (`pageToken`), needs an API
 key, and is read in the asked currency.
 
-https://cloud.google.com/billing/docs/reference/rest/v1/services.skus/list (checked 2026-12-02)
+https://docs.cloud.google.com/billing/v1/how-tos/catalog-api (checked 2026-12-02: an API key, at most
+5000 SKUs a page, `pageToken` from `nextPageToken`, none on the last page)
 """
 
 from __future__ import annotations

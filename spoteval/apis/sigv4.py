@@ -2,7 +2,8 @@
 are the query string (EC2 `DescribeSpotPriceHistory`, Auto Scaling), and a form-encoded POST
 (CloudWatch `PutMetricData`, as the AWS SDKs send it).
 
-https://docs.aws.amazon.com/IAM/latest/UserGuide/create-signed-request.html (checked 2026-12-02)
+https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-create-signed-request.html
+(checked 2026-12-02; the signer is tested against botocore's: tests/test_agent_aws_price.py)
 """
 
 from __future__ import annotations
