@@ -33,15 +33,16 @@ from spoteval.record import Event
 
 __all__ = [
     "GRANT_KEYS",
-    "above_price_cap",
     "BilledInterval",
     "Grant",
     "GrantError",
     "Refusal",
     "Spend",
+    "above_price_cap",
     "billed_intervals",
     "spend",
 ]
+
 
 def above_price_cap(per_hour: float, price_cap: float | None) -> bool:
     """The price-cap rule, one for every place that applies it (a start refused, a declared max price

@@ -74,7 +74,8 @@ _XML = b"""<?xml version="1.0" encoding="UTF-8"?>
     <item><instanceType>g6.xlarge</instanceType><productDescription>Linux/UNIX</productDescription>
       <spotPrice>0.31</spotPrice><timestamp>2026-11-30T04:00:00+00:00</timestamp>
       <availabilityZone>us-east-1a</availabilityZone></item>
-    <item><instanceType>g6.xlarge</instanceType><productDescription>Linux/UNIX (Amazon VPC)</productDescription>
+    <item><instanceType>g6.xlarge</instanceType>
+      <productDescription>Linux/UNIX (Amazon VPC)</productDescription>
       <spotPrice>0.35</spotPrice><timestamp>2026-11-30T04:30:00+00:00</timestamp>
       <availabilityZone>us-east-1a</availabilityZone></item>
     <item><instanceType>g6.xlarge</instanceType><productDescription>Windows</productDescription>

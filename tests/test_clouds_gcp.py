@@ -12,8 +12,8 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.apis.gcp_billing import COMPUTE_SERVICE, MachineShape, gpu_tokens, unit_price
+from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.clouds.gcp import GcpPlane, catalog_price
 from tests.fake_api import FakeApi, Reply, Request
 

@@ -102,7 +102,8 @@ SPOT: Final = Market(
     core=re.compile(r"^Spot Preemptible (?P<family>\S+)(?: Predefined)? Instance Core running in "),
     ram=re.compile(r"^Spot Preemptible (?P<family>\S+)(?: Predefined)? Instance Ram running in "),
     gpu=re.compile(
-        r"^(?:Spot Preemptible (?P<a>.+?) GPU running in |(?P<b>.+?) GPU attached to Spot Preemptible VMs running in )"
+        r"^(?:Spot Preemptible (?P<a>.+?) GPU running in "
+        r"|(?P<b>.+?) GPU attached to Spot Preemptible VMs running in )"
     ),
     excluded=("Custom", "Sole Tenancy"),
 )
@@ -148,7 +149,11 @@ def shape_price(
         value, currency, unit = priced
         if (m := market.core.match(description)) and m["family"].lower() == shape.family and unit == "h":
             core = (value, currency)
-        elif (m := market.ram.match(description)) and m["family"].lower() == shape.family and unit.startswith("GiBy"):
+        elif (
+            (m := market.ram.match(description))
+            and m["family"].lower() == shape.family
+            and unit.startswith("GiBy")
+        ):
             ram = (value, currency)
         elif (m := market.gpu.match(description)) and unit == "h" and gpu_tokens(_gpu_name(m)) in wanted:
             gpu[gpu_tokens(_gpu_name(m))] = (value, currency)

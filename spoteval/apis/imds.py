@@ -45,7 +45,9 @@ class Imds:
 
     def token(self) -> str:
         if self._token is None or time.monotonic() > self._expires:
-            reply = request(self.base_url + PATHS["token"], method="PUT", headers={TOKEN_TTL_HEADER: str(self.ttl_s)})
+            reply = request(
+                self.base_url + PATHS["token"], method="PUT", headers={TOKEN_TTL_HEADER: str(self.ttl_s)}
+            )
             if reply.status != 200 or not reply.body:
                 raise OSError(f"IMDSv2 token request answered {reply.status}")
             try:
@@ -88,5 +90,7 @@ def credentials(metadata_url: str | None, environ: Mapping[str, str] | None = No
     """The standard variables, else the instance role's credentials from IMDSv2; OSError if neither."""
     env = os.environ if environ is None else environ
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-        return Credentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN"))
+        return Credentials(
+            env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN")
+        )
     return Imds(metadata_url, ttl_s=CREDENTIALS_TOKEN_TTL_S).role_credentials()

@@ -36,6 +36,8 @@ _STATES: Final = {
     "ERROR": "stopped",
     "TERMINATED": "terminated",
 }
+
+
 class RunpodError(Exception):
     """The Runpod API refused or failed a call; the message names the operation."""
 

@@ -37,11 +37,11 @@ def canonical_query(params: Mapping[str, str]) -> str:
 def sign(
     method: str,
     url: str,
+    creds: Credentials,
+    *,
     query: str,
     body: bytes,
     headers: Mapping[str, str],
-    creds: Credentials,
-    *,
     region: str,
     service: str,
     now: datetime,
@@ -51,7 +51,11 @@ def sign(
     parsed = urllib.parse.urlsplit(url)
     amz_date = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     day = amz_date[:8]
-    all_headers = {**{k.lower(): v for k, v in headers.items()}, "host": parsed.netloc, "x-amz-date": amz_date}
+    all_headers = {
+        **{k.lower(): v for k, v in headers.items()},
+        "host": parsed.netloc,
+        "x-amz-date": amz_date,
+    }
     if creds.session_token:
         all_headers["x-amz-security-token"] = creds.session_token
     signed = ";".join(sorted(all_headers))
@@ -83,7 +87,9 @@ def sign_query_get(
     """A GET with a query string: (full URL, headers to send)."""
     parsed = urllib.parse.urlsplit(url)
     query = canonical_query(params)
-    headers = sign("GET", url, query, b"", {}, creds, region=region, service=service, now=now)
+    headers = sign(
+        "GET", url, creds, query=query, body=b"", headers={}, region=region, service=service, now=now
+    )
     return f"{parsed.scheme}://{parsed.netloc}{parsed.path or '/'}?{query}", headers
 
 
@@ -99,4 +105,6 @@ def sign_form_post(
     """A form-encoded Query API POST: (body, headers to send)."""
     body = canonical_query(params).encode()
     headers = {"content-type": FORM_CONTENT_TYPE}
-    return body, sign("POST", url, "", body, headers, creds, region=region, service=service, now=now)
+    return body, sign(
+        "POST", url, creds, query="", body=body, headers=headers, region=region, service=service, now=now
+    )

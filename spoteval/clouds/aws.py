@@ -4,7 +4,8 @@ Credentials, region and endpoint come from the standard environment as boto3 rea
 (`AWS_PROFILE`, `AWS_ACCESS_KEY_ID`, ..., `AWS_ENDPOINT_URL`); the region is the stack's.
 
 - Price: `describe_spot_price_history` for the node's instance type and zone; the newest entry
-  (`spoteval.apis.aws_spot`) is the effective price (`price_source` `api`). On-demand nodes, or no history: the configured price.
+  (`spoteval.apis.aws_spot`) is the effective price (`price_source` `api`). On-demand nodes, or no
+  history: the configured price.
 - Stop/start: `stop_instances` / `start_instances`, then polling `describe_instances`. A spot
   instance that EC2 stopped by an interruption can only be restarted by EC2 (persistent request):
   `start()` then waits for EC2 to bring it back. A stop by the stack's idle alarm or runtime

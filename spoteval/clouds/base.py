@@ -149,6 +149,7 @@ class StackOutputs:
         node: str,
         kind: str,
         reason: str | None,
+        *,
         price: Price | None,
         details: Mapping[str, Any],
     ) -> Event:

@@ -27,6 +27,8 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
 
+from spoteval.apis import gcp_billing
+from spoteval.apis.gcp_billing import CATALOG_URL, SPOT, MachineShape, shape_price
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     CapacityError,
@@ -40,8 +42,6 @@ from spoteval.clouds.base import (
     provider_options,
     wait_for,
 )
-from spoteval.apis import gcp_billing
-from spoteval.apis.gcp_billing import CATALOG_URL, SPOT, MachineShape, shape_price
 from spoteval.price import Price
 from spoteval.providers import GCP
 

@@ -158,7 +158,12 @@ class Measurement:
 
     def write(self, kind: str, reason: str | None, price: Price | None, details: Mapping[str, Any]) -> Event:
         event = self.outputs.event(
-            utc_now(), self.plane.node, kind, reason, price, {"source": PROG, "mode": self.mode, **details}
+            utc_now(),
+            self.plane.node,
+            kind,
+            reason,
+            price=price,
+            details={"source": PROG, "mode": self.mode, **details},
         )
         data = event.dumps()
         for _ in range(100):

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from spoteval.clouds import ControlPlaneError, HttpGet, Price, http_get_json
 from spoteval.apis import gcp_billing
 from spoteval.apis.gcp_billing import CATALOG_URL, ON_DEMAND, MachineShape, shape_price
+from spoteval.clouds import ControlPlaneError, HttpGet, Price, http_get_json
 from spoteval.clouds.gcp import catalog_price
 from spoteval.offers.instances import shape_of
 from spoteval.offers.prices import Clock, Offer, OfferPrice, PriceUnavailable, Reading, api_price

@@ -204,7 +204,9 @@ class Journal:
         details: Mapping[str, Any],
     ) -> Event:
         name = record_node(node)
-        event = self.outputs.event(time, name, kind, reason, price, {"source": SOURCE, **details})
+        event = self.outputs.event(
+            time, name, kind, reason, price=price, details={"source": SOURCE, **details}
+        )
         self._put(lambda seq: self.layout.event(time, name, seq), event.dumps(), f"a {kind} event")
         return event
 
