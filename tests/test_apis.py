@@ -153,7 +153,10 @@ def test_one_catalog_pricing_for_spot_and_on_demand() -> None:
 
 
 def test_the_catalog_listing_follows_the_pages_and_refuses_a_bad_one() -> None:
-    pages = {"": {"skus": [{"a": 1}], "nextPageToken": "p2"}, "p2": {"skus": [{"b": 2}, "x"]}}
+    pages: dict[str, dict[str, Any]] = {
+        "": {"skus": [{"a": 1}], "nextPageToken": "p2"},
+        "p2": {"skus": [{"b": 2}, "x"]},
+    }
     asked: list[str] = []
 
     def get(url: str) -> dict[str, Any]:

@@ -16,14 +16,15 @@ from typing import Final
 from spoteval.apis.http import Reply, request
 from spoteval.providers import AWS
 
-assert AWS.metadata is not None and AWS.metadata.token_header and AWS.metadata.token_ttl_header
-assert AWS.metadata.token_ttl_max_s is not None
+assert AWS.metadata is not None
 _FACTS: Final = AWS.metadata
+_header, _ttl_header, _ttl_max = _FACTS.token_header, _FACTS.token_ttl_header, _FACTS.token_ttl_max_s
+assert _header and _ttl_header and _ttl_max is not None
 DEFAULT_URL: Final = _FACTS.base_url
-TOKEN_HEADER: Final[str] = _FACTS.token_header
-TOKEN_TTL_HEADER: Final[str] = _FACTS.token_ttl_header
+TOKEN_HEADER: Final[str] = _header
+TOKEN_TTL_HEADER: Final[str] = _ttl_header
 #: the longest token lifetime IMDSv2 grants
-TOKEN_TTL_MAX_S: Final[int] = _FACTS.token_ttl_max_s
+TOKEN_TTL_MAX_S: Final[int] = _ttl_max
 PATHS: Final = _FACTS.paths
 
 
