@@ -1,9 +1,10 @@
 """Each vendor API the project speaks, written once as a small standard-library client.
 
 The node agent, the control planes (`spoteval.clouds`), the event readers (`spoteval.events`) and the
-offer prices (`spoteval.offers`) call these; nothing here imports anything beyond the standard
-library (a vendor SDK, where one is needed, is imported when called), so the node agent can use
-every module.
+offer prices (`spoteval.offers`) call these. Nothing here imports anything beyond the standard
+library and the provider facts (`spoteval.providers`); a vendor SDK, where one is needed, is
+imported when called. So the node agent can use every module (tests/test_agent_imports.py), and
+the package sits below every other (tests/test_package_edges.py).
 
 - `http`: one request (no proxy) and JSON over HTTP.
 - `imds`: the AWS instance metadata service (IMDSv2: its session token, the role's credentials).
