@@ -31,6 +31,7 @@ from components.holds import exclusive, held_moved, moved_from
 from components.privilege import aws_create_only_statement, aws_node_statements
 from components.settings import CommonKeyRules, Settings, SettingsReader, cidr
 from components.startup import render_startup_script
+from spoteval.providers import aws as aws_facts
 
 ROOT_DEVICE: Final = "/dev/sda1"  # Ubuntu AMIs (the Deep Learning AMIs included)
 CACHE_DEVICE_NAME: Final = "/dev/sdf"
@@ -41,7 +42,7 @@ _AMI: Final = re.compile(r"^(ami-[0-9a-f]{8,17}|resolve:ssm:/[A-Za-z0-9_./-]+)$"
 
 
 def _zone_problem(region: str, zone: str) -> str | None:
-    if re.fullmatch(re.escape(region) + r"[a-z]", zone):
+    if re.fullmatch(re.escape(region) + aws_facts.REGIONS.zone_suffix, zone):
         return None
     return f"{zone!r} is not a zone of {region}"
 
@@ -52,7 +53,7 @@ def _image_problem(image: str) -> str | None:
 
 #: the keys every stack has, as AWS names them: the node's disks live in one zone, the budget mails
 COMMON_RULES: Final = CommonKeyRules(
-    region=re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$"),
+    region=re.compile(aws_facts.REGIONS.region),
     zone=_zone_problem,
     zone_required=True,
     image=_image_problem,

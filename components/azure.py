@@ -33,6 +33,7 @@ from components.holds import exclusive
 from components.privilege import AZURE_BLOB_DATA_ACTIONS, AZURE_CONDITION_VERSION, azure_blob_condition
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_startup_script
+from spoteval.providers import azure as azure_facts
 
 CACHE_LUN: Final = 0
 CACHE_DEVICE: Final = f"/dev/disk/azure/scsi1/lun{CACHE_LUN}"
@@ -43,7 +44,8 @@ BLOB_DATA_ACTIONS: Final = AZURE_BLOB_DATA_ACTIONS
 
 
 def _zone_problem(region: str, zone: str) -> str | None:
-    return None if zone in ("1", "2", "3") else f"must be an availability zone number 1, 2 or 3, got {zone!r}"
+    zones = azure_facts.REGIONS.zones
+    return None if zone in zones else f"must be an availability zone number 1, 2 or 3, got {zone!r}"
 
 
 def _image_problem(image: str) -> str | None:
@@ -54,7 +56,7 @@ def _image_problem(image: str) -> str | None:
 
 #: the keys every stack has, as Azure names them: zones 1-3, a Standard public IP, budget alert mails
 COMMON_RULES: Final = CommonKeyRules(
-    region=re.compile(r"^[a-z]+[a-z0-9]*$"),
+    region=re.compile(azure_facts.REGIONS.region),
     zone=_zone_problem,
     image=_image_problem,
     static_address="an Azure VM's Standard public IP is always static",

@@ -21,6 +21,7 @@ from components.holds import exclusive, held_moved, moved_from
 from components.privilege import GCS_CONDITION_TITLES, gcs_condition
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader, cidr
 from components.startup import render_shutdown_script, render_startup_script
+from spoteval.providers import gcp as gcp_facts
 
 CACHE_DEVICE_NAME: Final = "spot-eval-cache"
 #: machine type families that come with their GPUs attached (no guest accelerators to add)
@@ -32,13 +33,15 @@ SCOPES: Final = ["https://www.googleapis.com/auth/cloud-platform"]
 
 def _zone_problem(region: str, zone: str) -> str | None:
     return (
-        None if re.fullmatch(re.escape(region) + r"-[a-z]", zone) else f"{zone!r} is not a zone of {region}"
+        None
+        if re.fullmatch(re.escape(region) + gcp_facts.REGIONS.zone_suffix, zone)
+        else f"{zone!r} is not a zone of {region}"
     )
 
 
 #: the keys every stack has, as GCP names them: the node's disks live in one zone
 COMMON_RULES: Final = CommonKeyRules(
-    region=re.compile(r"^[a-z]+-[a-z]+\d$"), zone=_zone_problem, zone_required=True
+    region=re.compile(gcp_facts.REGIONS.region), zone=_zone_problem, zone_required=True
 )
 SETTINGS_KEYS: Final = frozenset({"project", "billing_account", "subnet_cidr"})
 _PROJECT: Final = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")

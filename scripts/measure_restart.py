@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from spoteval.cli import OneLineParser, add_deployed_stack_options, positive_number
+from spoteval.cli import OneLineParser, add_deployed_stack_options, add_price_option, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.grant import GrantError
 from spoteval.measure import PROG, MeasureError, Options, run
@@ -95,13 +95,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also wait for the node agent's `ready` event in the run record (phase agent_ready)",
     )
-    p.add_argument(
-        "--price",
-        type=positive_number,
-        metavar="PER_HOUR",
-        help="the price per hour where no API gives one (default: the stack's workload.prices for its "
-        "market)",
-    )
+    add_price_option(p)
     p.add_argument(
         "--fis-template",
         metavar="ID",

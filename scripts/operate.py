@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from spoteval.cli import OneLineParser, add_deployed_stack_options, positive_number
+from spoteval.cli import OneLineParser, add_deployed_stack_options, add_price_option, positive_number
 from spoteval.clouds import ControlPlaneError
 from spoteval.config_reader import DocumentError
 from spoteval.grant import GrantError
@@ -86,13 +86,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(
             flag, type=positive_number, default=default, metavar="S", help=f"{what} (default: %(default)g)"
         )
-    p.add_argument(
-        "--price",
-        type=positive_number,
-        metavar="PER_HOUR",
-        help="the price per hour where no API gives one (default: the stack's workload.prices for its "
-        "market)",
-    )
+    add_price_option(p)
     p.add_argument(
         "--lease-ttl",
         type=_ttl,

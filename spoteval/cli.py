@@ -59,3 +59,15 @@ def add_deployed_stack_options(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where Pulumi.NAME.yaml is (with --stack; default: stacks/ here, else the repository's)",
     )
+
+
+def add_price_option(parser: argparse.ArgumentParser) -> None:
+    """`--price PER_HOUR`: the price for the grant's checks where no API gives one, for the commands
+    that start a deployed stack's nodes (the restart measurement, the operator)."""
+    parser.add_argument(
+        "--price",
+        type=positive_number,
+        metavar="PER_HOUR",
+        help="the price per hour where no API gives one (default: the stack's workload.prices for its "
+        "market)",
+    )

@@ -1,5 +1,5 @@
-"""The run record: event kinds, reasons, attempt outcomes, the store layout and redaction (the manifest's
-reader and writer: spoteval/manifest.py).
+"""The run record: event kinds, reasons, attempt outcomes and the store layout (the manifest's reader
+and writer: spoteval/manifest.py; what in it is private: spoteval/redaction.py).
 
 This module is the contract between the node agent (which writes the record), and the scripts
 (which read it). Layout, relative to the store's root:
@@ -29,7 +29,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Final
 
@@ -493,95 +493,3 @@ class Attempt:
         except (ValueError, UnicodeDecodeError) as exc:
             raise RecordError(f"attempt is not JSON: {exc}") from None
         return cls.from_json(obj, as_result=as_result)
-
-
-# --- redaction ----------------------------------------------------------------------------------
-
-#: Event fields that identify the user's account, capacity or spending: never in a shared report.
-PRIVATE_EVENT_FIELDS: Final = ("run_id", "node", "zone", "price_per_hour")
-#: Keys inside `details` that hold identifiers (instance ids, addresses, buckets, accounts).
-PRIVATE_DETAIL_KEYS: Final = frozenset(
-    {
-        "instance_id",
-        "address",
-        "public_ip",
-        "private_ip",
-        "old_address",
-        "new_address",
-        "address_before",
-        "address_after",
-        "ip",
-        "url",
-        "health_url",
-        "node_id",
-        "node_ids",
-        "instance_ids",
-        "bucket",
-        "bucket_url",
-        "store",
-        "account",
-        "account_id",
-        "project",
-        "subscription",
-        "resource_group",
-        "hostname",
-        "pod",
-        "price",
-        "cost",
-    }
-)
-
-
-def private_identifiers(event: Event) -> set[str]:
-    """Every string in an event that a shared report must not carry."""
-    found: set[str] = {event.run_id, event.node}
-    if event.zone:
-        found.add(event.zone)
-
-    def walk(value: object, private: bool) -> None:
-        if isinstance(value, Mapping):
-            for k, v in value.items():
-                walk(v, private or k in PRIVATE_DETAIL_KEYS)
-        elif isinstance(value, list | tuple):
-            for v in value:
-                walk(v, private)
-        elif private and isinstance(value, str) and value:
-            found.add(value)
-
-    walk(event.details, False)
-    return {s for s in found if s}
-
-
-def redact_event(event: Event, *, alias: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A shared view of an event: identifiers replaced by stable aliases, prices removed."""
-    alias = dict(alias or {})
-
-    def name(value: str | None, prefix: str) -> str | None:
-        if value is None:
-            return None
-        if value not in alias:
-            alias[value] = f"{prefix}-{sum(1 for a in alias.values() if a.startswith(prefix)) + 1}"
-        return alias[value]
-
-    def scrub(value: object) -> object:
-        if isinstance(value, Mapping):
-            return {k: scrub(v) for k, v in value.items() if k not in PRIVATE_DETAIL_KEYS}
-        if isinstance(value, list):
-            return [scrub(v) for v in value]
-        return value
-
-    return {
-        "time": format_time(event.time),
-        "node": name(event.node, "node"),
-        "kind": event.kind,
-        "reason": event.reason,
-        "provider": event.provider,
-        "region": event.region,
-        "instance_type": event.instance_type,
-        "market": event.market,
-        "details": scrub(dict(event.details)),
-    }
-
-
-def with_details(event: Event, **details: Any) -> Event:
-    return replace(event, details={**event.details, **details})

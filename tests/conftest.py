@@ -14,6 +14,7 @@ import pytest
 
 from spoteval import standin
 from tests import servers
+from tests.fake_metadata import AgentProcess, cleanup_tagged
 
 
 @pytest.fixture(autouse=True)
@@ -85,6 +86,24 @@ def any_target(request: pytest.FixtureRequest) -> StoreTarget:
     name = {"file": "file_target", "s3": "s3_target", "az": "azure_target"}[request.param]
     target: StoreTarget = request.getfixturevalue(name)
     return target
+
+
+@pytest.fixture(params=["s3", "az"])
+def s3_or_azure_target(request: pytest.FixtureRequest) -> StoreTarget:
+    """Each of the stores with conditional writes a pool's claims need, against its real server."""
+    name = {"s3": "s3_target", "az": "azure_target"}[request.param]
+    target: StoreTarget = request.getfixturevalue(name)
+    return target
+
+
+@pytest.fixture
+def agents() -> Iterator[list[AgentProcess]]:
+    """The agent processes a test starts (it appends each); at its end each is ended with all it
+    started (tests/fake_metadata.py: `cleanup_tagged`)."""
+    started: list[AgentProcess] = []
+    yield started
+    for agent in started:
+        cleanup_tagged(agent)
 
 
 @pytest.fixture

@@ -289,6 +289,26 @@ def test_built_config_leaves_out_what_is_not_given_and_parses() -> None:
     )
 
 
+def test_built_config_refuses_a_missing_or_unknown_argument() -> None:
+    args: dict[str, Any] = {
+        "run_id": "r1",
+        "store": "file:///tmp/spot-eval-store",
+        "node_id": "n1",
+        "provider": "aws",
+        "region": None,
+        "instance_type": None,
+        "server_url": "http://127.0.0.1:8000",
+        "episodes_command": ["run", "{output}"],
+        "concurrency": 1,
+        "max_attempts": 1,
+        "timeout_s": 60,
+    }
+    with pytest.raises(TypeError, match=r"^build_agent_config\(\): missing heartbeat_s; unknown heartbeat$"):
+        build_agent_config(**args, heartbeat=30)  # type: ignore[call-arg]  # mypy refuses it too
+    with pytest.raises(TypeError, match=r"^build_agent_config\(\): unknown zones$"):
+        build_agent_config(**args, heartbeat_s=30, zones="a")  # type: ignore[call-arg]
+
+
 def test_built_config_carries_every_optional_key_the_agent_reads() -> None:
     built = build_agent_config(
         run_id="r1",

@@ -6,93 +6,55 @@ attempt is recorded exactly once."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spoteval.agent.__main__ import main
 from spoteval.claims import PoolLayout
-from spoteval.record import Attempt
 from spoteval.store import Store
 from tests.conftest import StoreTarget
 from tests.fake_metadata import (
     AgentProcess,
     RunRecord,
-    agent_config,
-    cleanup_tagged,
     episode_command,
     read_record,
     signal_tagged,
     start_agent,
     wait_for,
-    write_config,
-    write_manifest,
 )
 from tests.faults import start_agent_via
+from tests.pool_kit import all_attempts, documents, pool_node
 
 pytestmark = pytest.mark.timing
 
 RUN = "once"
-POOL = {"batch": 6, "renew_s": 0.5, "expiry_s": 5.0}
 LAYOUT = PoolLayout(RUN)
 
 
-@pytest.fixture
-def agents() -> Iterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    for agent in started:
-        cleanup_tagged(agent)
-
-
-@pytest.fixture(params=["s3", "az"])
-def target(request: pytest.FixtureRequest) -> StoreTarget:
-    name = {"s3": "s3_target", "az": "azure_target"}[request.param]
-    value: StoreTarget = request.getfixturevalue(name)
-    return value
-
-
 def _nodes(target: StoreTarget, tmp_path: Path, ids: list[str], **kw: Any) -> dict[str, str]:
-    paths = {}
-    for node in ("a", "b", "c"):
-        state = tmp_path / node
-        state.mkdir()
-        config = agent_config(target.url, target.options, RUN, state, node=node, pool=POOL, **kw)
-        paths[node] = write_config(state / "agent.json", config)
-    assert main(["manifest", "--config", paths["a"], write_manifest(tmp_path / "m.jsonl", ids)]) == 0
-    return paths
-
-
-def _all_attempts(record: RunRecord) -> list[Attempt]:
-    return [a for attempts in record.attempts.values() for a in attempts]
+    return {node: pool_node(target, tmp_path, RUN, node, ids, **kw) for node in ("a", "b", "c")}
 
 
 def _check_once(record: RunRecord, ids: list[str]) -> None:
     """One result per episode, no episode completed twice, every attempt recorded once."""
     assert sorted(record.results) == ids
-    completed = Counter(a.episode_id for a in _all_attempts(record) if a.outcome == "completed")
+    completed = Counter(a.episode_id for a in all_attempts(record) if a.outcome == "completed")
     assert sum(n - 1 for n in completed.values()) == 0  # completed attempts beyond one per episode
-    runs = Counter((a.details["incarnation"], a.details["dispatch"]) for a in _all_attempts(record))
+    runs = Counter((a.details["incarnation"], a.details["dispatch"]) for a in all_attempts(record))
     assert [run for run, n in runs.items() if n > 1] == []
     for episode, result in record.results.items():  # the result is one of the episode's attempts
         same = [(a.attempt, a.node, a.outcome, a.started) for a in record.attempts[episode]]
         assert (result.attempt, result.node, result.outcome, result.started) in same
 
 
-def _docs(store: Store, prefix: str) -> list[tuple[str, dict[str, Any]]]:
-    return [(k, json.loads(store.get(k) or b"{}")) for k in store.list(prefix)]
-
-
 def _fenced_alive(store: Store) -> set[str]:
     """Holders whose lease another node ended while they ran (a loaded machine can delay renewals past
     the expiry): each rejoined under the next holder id (`-2`, `-3`, ...)."""
-    holders = {d["holder"] for _, d in _docs(store, LAYOUT.prefix + "holders/")}
+    holders = {d["holder"] for _, d in documents(store, LAYOUT.prefix + "holders/")}
     out = set()
     for holder in holders:
         base, _, generation = holder.rpartition("-")
@@ -102,11 +64,11 @@ def _fenced_alive(store: Store) -> set[str]:
 
 
 def test_a_node_killed_between_its_attempt_and_its_result_loses_no_finished_work(
-    target: StoreTarget, tmp_path: Path, agents: list[AgentProcess]
+    s3_or_azure_target: StoreTarget, tmp_path: Path, agents: list[AgentProcess]
 ) -> None:
     ids = [f"e{i:02d}" for i in range(48)]
     command = episode_command(seconds=0.3, max_seconds=0.6)
-    paths = _nodes(target, tmp_path, ids, command=command, concurrency=3)
+    paths = _nodes(s3_or_azure_target, tmp_path, ids, command=command, concurrency=3)
     dies = ["--die-before-result", "4"]
     lost = start_agent_via("tests.faulty_agent", paths["c"], tmp_path / "c", args=dies)
     agents.append(lost)
@@ -116,7 +78,7 @@ def test_a_node_killed_between_its_attempt_and_its_result_loses_no_finished_work
     lost.signal_all(signal.SIGKILL)  # its episodes and model server go with it: the node is lost
     for proc in survivors:
         assert proc.wait(180) == 0, proc.stderr()
-    store = Store(target.url, target.options)
+    store = Store(s3_or_azure_target.url, s3_or_azure_target.options)
     record = read_record(store, RUN)
     _check_once(record, ids)
     [dying] = re.findall(r"dying before results/(\S+)\.json", lost.stderr())
@@ -124,7 +86,7 @@ def test_a_node_killed_between_its_attempt_and_its_result_loses_no_finished_work
     # from that attempt instead of running the episode again
     assert [(a.node, a.outcome) for a in record.attempts[dying]] == [("c", "completed")]
     assert record.results[dying].node == "c"
-    taken = [d for _, d in _docs(store, LAYOUT.chunks_prefix()) if d["op"] == "takeover"]
+    taken = [d for _, d in documents(store, LAYOUT.chunks_prefix()) if d["op"] == "takeover"]
     assert any(d["from"].startswith("c.") for d in taken)
     assert all(d["node"] in ("a", "b") for d in taken)
     # a survivor's lease that the other survivor ended (a loaded machine delayed its renewals) is
@@ -134,7 +96,7 @@ def test_a_node_killed_between_its_attempt_and_its_result_loses_no_finished_work
     for holder in {d["from"] for d in taken if not d["from"].startswith("c.")}:
         learned = f"holder {holder} was ended by" in stderr[holder.split(".", 1)[0]]
         assert (holder in _fenced_alive(store)) == learned, (holder, stderr)
-    lost_runs = [a for a in _all_attempts(record) if a.details.get("lost")]
+    lost_runs = [a for a in all_attempts(record) if a.details.get("lost")]
     assert all(a.node == "c" and a.outcome == "interrupted" for a in lost_runs)
     recorders = {e.details["incarnation"] for e in record.events if e.kind == "start" and e.node != "c"}
     assert all(a.details["recorded_by"] in recorders for a in lost_runs)  # by the takers
@@ -152,20 +114,20 @@ def test_a_holder_paused_past_its_expiry_gives_up_what_was_taken_over_and_nothin
     store = Store(s3_target.url, s3_target.options)
 
     def results_of(node: str) -> int:
-        return sum(1 for _, d in _docs(store, "runs/once/results/") if d["node"] == node)
+        return sum(1 for _, d in documents(store, "runs/once/results/") if d["node"] == node)
 
     assert wait_for(lambda: results_of("c") >= 3, 90)
     signal_tagged(procs["c"].tag, signal.SIGSTOP)  # the whole node stops: agent, server, episodes
 
     def ended_leases() -> list[dict[str, Any]]:
-        return [d for _, d in _docs(store, LAYOUT.prefix + "leases/") if d.get("end") == "expired"]
+        return [d for _, d in documents(store, LAYOUT.prefix + "leases/") if d.get("end") == "expired"]
 
     # another node ends its lease after the expiry, and takes its episodes over; only then it resumes
     assert wait_for(lambda: any(d["holder"].startswith("c.") for d in ended_leases()), 90)
     assert wait_for(
         lambda: any(
             d["op"] == "takeover" and (d["from"] or "").startswith("c.")
-            for _, d in _docs(store, LAYOUT.chunks_prefix())
+            for _, d in documents(store, LAYOUT.chunks_prefix())
         ),
         90,
     )
@@ -174,7 +136,7 @@ def test_a_holder_paused_past_its_expiry_gives_up_what_was_taken_over_and_nothin
         assert proc.wait(180) == 0, (node, proc.stderr())
     record = read_record(store, RUN)
     _check_once(record, ids)
-    first = next(d["holder"] for _, d in _docs(store, LAYOUT.prefix + "holders/") if d["node"] == "c")
+    first = next(d["holder"] for _, d in documents(store, LAYOUT.prefix + "holders/") if d["node"] == "c")
     [end] = [d for d in ended_leases() if d["holder"] == first]
     assert end["by"] != first
     # it learned it was fenced and rejoined under a new holder (as any other holder the load delayed)
@@ -182,7 +144,7 @@ def test_a_holder_paused_past_its_expiry_gives_up_what_was_taken_over_and_nothin
     assert "was ended by" in procs["c"].stderr()
     # what it had in flight when the lease ended is recorded once, by the taker, as interrupted
     incarnation = first.split(".", 1)[1]
-    mine = [a for a in _all_attempts(record) if a.details.get("incarnation") == incarnation]
+    mine = [a for a in all_attempts(record) if a.details.get("incarnation") == incarnation]
     given_up = [a for a in mine if a.details.get("lost")]
     assert given_up
     assert all(a.outcome == "interrupted" and a.details["recorded_by"] != incarnation for a in given_up)

@@ -346,7 +346,7 @@ def test_episodes_in_flight_are_read_from_command_lines() -> None:
 
 def test_lifetimes_are_exponential_with_the_given_mean() -> None:
     d = drill.Drill(drill.DrillConfig(out=Path("unused"), lifetime_s=45.0, seed=0))
-    draws = [d.lifetimes.expovariate(1 / 45.0) for _ in range(4000)]
+    draws = [d.provider.lifetimes.expovariate(1 / 45.0) for _ in range(4000)]
     mean = sum(draws) / len(draws)
     assert abs(mean - 45.0) < 3 * 45.0 / math.sqrt(len(draws))
 

@@ -1,4 +1,5 @@
-"""The layout's rules: no import circle among the project's modules, and no module too long to read.
+"""The layout's rules: no import circle among the project's modules, and no module or function too
+long to read (a module over 500 lines or a function over 100 is split along what it does).
 
 Modules are the Python files of the project outside tests/ (spoteval/, components/, scripts/,
 benchmarks/, __main__.py). An import is an edge to the project module it names (`from a.b import c`
@@ -11,11 +12,26 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = ("spoteval", "components", "scripts", "benchmarks")
-MAX_LINES = 600
+MAX_LINES = 500
 MAX_SCRIPT_LINES = 200
+MAX_FUNCTION_LINES = 100
+#: Modules and functions over the limits that are being split along their concepts now (the
+#: provider facts and the Pulumi components); an entry leaves once its file is within the limits.
+BEING_SPLIT: Final = frozenset(
+    {
+        "components/aws.py",
+        "components/aws_rules.py:StopRules.__init__",
+        "components/azure.py",
+        "components/gcp.py",
+        "components/kubernetes.py:EvalWorkload.__init__",
+        "components/nebius.py:NebiusNode.__init__",
+        "components/startup.py",
+    }
+)
 
 
 def project_files() -> list[Path]:
@@ -108,14 +124,32 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def oversized() -> dict[str, int]:
+    """Modules over their limit, and functions over theirs (`path:Class.function`), with their lines."""
     out: dict[str, int] = {}
     for path in project_files():
         rel = path.relative_to(REPO).as_posix()
-        lines = len(path.read_text(encoding="utf-8").splitlines())
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
         limit = MAX_SCRIPT_LINES if rel.startswith("scripts/") else MAX_LINES
         if lines > limit:
             out[rel] = lines
+        for name, length in function_lengths(ast.parse(text)):
+            if length > MAX_FUNCTION_LINES:
+                out[f"{rel}:{name}"] = length
     return out
+
+
+def function_lengths(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:
+    """Every function's qualified name and lines (its `def` line to its last), nested ones too."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            assert node.end_lineno is not None
+            yield prefix + node.name, node.end_lineno - node.lineno + 1
+            yield from function_lengths(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from function_lengths(node, f"{prefix}{node.name}.")
+        else:
+            yield from function_lengths(node, prefix)
 
 
 def _path_of(module: str) -> str:
@@ -145,5 +179,16 @@ def test_no_script_imports_another() -> None:
     assert script_imports() == {}
 
 
-def test_no_module_over_600_lines_and_no_script_over_200() -> None:
-    assert oversized() == {}
+def test_the_function_count_sees_methods_and_nested_functions() -> None:
+    tree = ast.parse("class A:\n    def f(self):\n        def g():\n            pass\n        return g\n")
+    assert list(function_lengths(tree)) == [("A.f", 4), ("A.f.g", 2)]
+
+
+def test_no_module_over_500_lines_no_script_over_200_and_no_function_over_100() -> None:
+    over = oversized()
+    assert {k: v for k, v in over.items() if k not in BEING_SPLIT} == {}
+
+
+def test_every_file_still_being_split_is_still_over_its_limit() -> None:
+    """An entry of BEING_SPLIT whose file is now within the limits leaves the list."""
+    assert sorted(BEING_SPLIT - set(oversized())) == []

@@ -71,7 +71,7 @@ def test_every_stacks_offers_are_priced_and_ranked(price_world: PriceApis) -> No
         per_provider[r.offer.provider] = per_provider.get(r.offer.provider, 0) + 1
     assert per_provider == {"aws": 6, "gcp": 4, "azure": 4, "k8s": 2, "nebius": 4, "runpod": 2}
     why = {r.offer.name: r.why_not for r in ranking.offers}
-    assert why["k8s us-central1 g2-standard-8 spot"] == f"no price: {NO_PRICE_API['kubernetes']}"
+    assert why["k8s us-central1 g2-standard-8 spot"] == f"no price: {NO_PRICE_API['k8s']}"
     nebius = [r for r in ranking.offers if r.offer.provider == "nebius"]
     down = (
         "no price: Nebius SpotPriceService.List failed: no credentials (NEBIUS_IAM_TOKEN, or a Nebius CLI "

@@ -1,5 +1,5 @@
-"""docs/providers.md is spoteval/providers.py in prose: regenerated, it is the same file, and every
-fact's source and date appear in it."""
+"""docs/providers.md is the providers' fact modules (spoteval/providers/) in prose: regenerated, it
+is the same file, and every fact's source and date appear in it."""
 
 from __future__ import annotations
 
@@ -32,5 +32,10 @@ def test_every_fact_is_cited_with_its_source_and_date() -> None:
         assert f"| {name} | {flavour.notice_s} s |" in text
     for use, (role, source) in NEBIUS_ROLES.items():
         assert f"| `{role}` | {use} | [source]({source.url}), checked {CHECKED}" in text
-    # 15 cited lines per provider, one more where it has other API endpoints, one per flavour and role
-    assert text.count(f"checked {CHECKED}") == 4 * 15 + 2 * 16 + 5 + 5 == 102
+    # 15 cited facts per provider, one more where it has other API endpoints (Nebius, Runpod), one
+    # per flavour and role; then the capabilities: AWS 17 (capacity codes, regions, pool engine,
+    # pool scaling, events and their names, the agent metric, the preemption option, 5 permissions,
+    # 4 shapes), GCP 12 (no agent metric, 3 permissions, 3 shapes), Azure 12 (2 permissions, 4
+    # shapes), Kubernetes 6 (no notices, no price API, no regions, no pool engine, pool scaling,
+    # events), Nebius and Runpod 5 each (no notices, regions, pool engine, pool scaling or events)
+    assert text.count(f"checked {CHECKED}") == 4 * 15 + 2 * 16 + 5 + 5 + 17 + 12 + 12 + 6 + 5 + 5 == 159

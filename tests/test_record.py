@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from spoteval import manifest, record
+from spoteval import manifest, record, redaction
 from spoteval.record import Attempt, Event, RecordError, RunLayout
 
 T0 = datetime(2026, 11, 30, 4, 54, 0, 123456, tzinfo=timezone.utc)
@@ -207,9 +207,9 @@ def test_shared_view_of_an_event_carries_no_private_identifier() -> None:
         "spot_interruption",
         details={"instance_id": "i-0abc", "public_ip": "203.0.113.9", "deadline_s": 120},
     )
-    private = record.private_identifiers(ev)
+    private = redaction.private_identifiers(ev)
     assert {"run-1", "i-0abc", "us-east-1a", "203.0.113.9"} <= private
-    shared = json.dumps(record.redact_event(ev))
+    shared = json.dumps(redaction.redact_event(ev))
     for identifier in private:
         assert identifier not in shared
     assert "0.42" not in shared

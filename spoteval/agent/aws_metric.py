@@ -28,6 +28,7 @@ from spoteval.apis.http import request
 from spoteval.apis.imds import credentials
 from spoteval.apis.sigv4 import FORM_CONTENT_TYPE, sign_form_post
 from spoteval.provider_rules import AWS_AGENT_METRIC
+from spoteval.providers import REGISTRY, AgentMetric
 
 __all__ = ["FORM_CONTENT_TYPE", "endpoint", "publishes", "put_has_work", "sign_form_post", "start_publisher"]
 
@@ -70,9 +71,12 @@ def put_has_work(
 
 
 def publishes(config: AgentConfig) -> bool:
-    """Whether this node publishes the signal: AWS nodes with an idle rule (the alarm's input)."""
+    """Whether this node publishes the signal: nodes of a provider whose idle rule watches the
+    agent's metric (`AGENT_METRIC`: AWS), with an idle rule (the alarm's input)."""
     node = config.node
-    return node.provider == "aws" and bool(node.region) and config.stop_rules.idle_s is not None
+    found = REGISTRY.get(node.provider)
+    watched = found is not None and isinstance(found.AGENT_METRIC, AgentMetric)
+    return watched and bool(node.region) and config.stop_rules.idle_s is not None
 
 
 def start_publisher(

@@ -14,15 +14,18 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypedDict
 from urllib.parse import urlparse
 
 from spoteval.agent.claimed import PoolSettings, parse_pool
-from spoteval.agent.evalenv import EvalEnvConfig
+from spoteval.agent.evalenv import EvalEnvConfig, parse_eval_env
 from spoteval.config_reader import ErrorFactory, Reader
 from spoteval.providers import BY_KEY, KEYS
 from spoteval.record import MARKETS, RecordError, check_id
 from spoteval.store import StoreError, check_url
+
+if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11: only the type checker reads it
 
 #: the providers a node may be on; `local` runs the agent on the user's machine (drills, tests)
 PROVIDERS: Final = (*KEYS, "local")
@@ -188,125 +191,23 @@ def _abs_path(value: str | None, key: str) -> str | None:
 def parse(raw: object) -> AgentConfig:
     """Parse and check a configuration object; raises ConfigError naming the offending key."""
     top = _Section(raw, "")
-    run_id = top.string("run_id")
-    try:
-        check_id(run_id, "run_id")
-    except RecordError as exc:
-        raise ConfigError(str(exc)) from None
-    store = top.string("store")
-    try:
-        check_url(store)
-    except StoreError as exc:
-        raise ConfigError(f"store: {exc}") from None
-    options_raw = top.value("store_options") or {}
-    if not isinstance(options_raw, dict):
-        raise ConfigError(f"store_options: must be a JSON object, got {options_raw!r}")
-
-    node_s = top.section("node")
-    node_id = node_s.string("id")
-    provider = node_s.string("provider")
-    if provider not in PROVIDERS:
-        raise ConfigError(f"node.provider: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
-    market = node_s.opt_string("market") or "spot"
-    if market not in MARKETS:
-        raise ConfigError(f"node.market: {market!r} is not one of {', '.join(sorted(MARKETS))}")
-    node = NodeConfig(
-        id=node_id,
-        provider=provider,
-        region=node_s.opt_string("region"),
-        zone=node_s.opt_string("zone"),
-        instance_type=node_s.opt_string("instance_type"),
-        market=market,
-    )
-    node_s.done()
-
+    run_id, store, options = _run_and_store(top)
+    node = _node(top.section("node"))
     metadata_url = _http_url(top.opt_string("metadata_url"), "metadata_url")
     metadata_poll_s = top.opt_number("metadata_poll_s", positive=True)
-
-    server_s = top.section("server")
-    server_url = _http_url(server_s.string("url"), "server.url")
-    assert server_url is not None
-    health_path = server_s.opt_string("health_path") or "/health"
-    if not health_path.startswith("/"):
-        raise ConfigError(f"server.health_path: {health_path!r} must start with /")
-    server = ServerConfig(
-        url=server_url,
-        command=server_s.argv("command", required=False),
-        health_path=health_path,
-        ready_timeout_s=server_s.number("ready_timeout_s", 600.0, positive=True),
-    )
-    server_s.done()
-
-    ep_s = top.section("episodes")
-    command = ep_s.argv("command", required=True)
-    joined = " ".join(command)
-    if "{output}" not in joined:
-        raise ConfigError("episodes.command: must contain the {output} placeholder (the result file)")
-    episodes = EpisodesConfig(
-        command=command,
-        concurrency=ep_s.integer("concurrency", 1),
-        max_attempts=ep_s.integer("max_attempts", 3),
-        timeout_s=ep_s.number("timeout_s", 3600.0, positive=True),
-    )
-    ep_s.done()
-
-    price: PriceConfig | None = None
-    price_s = top.opt_section("price")
-    if price_s is not None:
-        per_hour = price_s.number("per_hour")
-        price = PriceConfig(per_hour=per_hour, currency=price_s.opt_string("currency") or "USD")
-        price_s.done()
+    server = _server(top.section("server"))
+    episodes = _episodes(top.section("episodes"))
+    price = _price(top.opt_section("price"))
     price_api_url = _http_url(top.opt_string("price_api_url"), "price_api_url")
-
-    rules = StopRules()
-    rules_s = top.opt_section("stop_rules")
-    if rules_s is not None:
-        on_done = rules_s.opt_string("on_done") or "exit"
-        if on_done not in ON_DONE:
-            raise ConfigError(f"stop_rules.on_done: {on_done!r} is not one of {', '.join(ON_DONE)}")
-        explicit_poweroff = rules_s.has("poweroff_command")
-        poweroff = rules_s.argv("poweroff_command", required=False) or DEFAULT_POWEROFF
-        if on_done == "api_stop":  # power off = stop through the provider's API (agent/api_stop.py)
-            from spoteval.agent import api_stop
-
-            if provider not in api_stop.PROVIDERS or explicit_poweroff:
-                raise ConfigError(
-                    f"stop_rules.on_done: api_stop stops {' and '.join(api_stop.PROVIDERS)} nodes through "
-                    f"their API, without a poweroff_command (node.provider is {provider})"
-                )
-            on_done, poweroff, explicit_poweroff = "poweroff", api_stop.command(provider), True
-        if on_done == "poweroff" and not explicit_poweroff and provider in NO_OS_POWEROFF:
-            raise ConfigError(
-                f"stop_rules.on_done: poweroff from inside the OS does not stop a {provider} node "
-                f"({NO_OS_POWEROFF[provider]}); use exit, or set stop_rules.poweroff_command"
-            )
-        rules = StopRules(
-            max_runtime_s=rules_s.opt_number("max_runtime_s", positive=True),
-            idle_s=rules_s.opt_number("idle_s", positive=True),
-            budget=rules_s.opt_number("budget", positive=True),
-            price_cap=rules_s.opt_number("price_cap", positive=True),
-            on_done=on_done,
-            poweroff_command=poweroff,
-        )
-        rules_s.done()
-    facts = BY_KEY.get(provider)
-    reads_own_price = (
-        facts is not None and facts.price is not None and node.market in facts.price.node_markets
-    )
-    for rule, value in (("budget", rules.budget), ("price_cap", rules.price_cap)):
-        if value is not None and price is None and not reads_own_price:
-            raise ConfigError(
-                f"stop_rules.{rule}: needs price.per_hour (a {provider} {node.market} node cannot read "
-                f"its own price, so the {rule} could never be checked)"
-            )
-
+    rules = _stop_rules(top.opt_section("stop_rules"), node.provider)
+    _check_priced_rules(rules, price, node)
     config = AgentConfig(
         run_id=run_id,
         store=store,
         node=node,
         server=server,
         episodes=episodes,
-        store_options=dict(options_raw),
+        store_options=options,
         metadata_url=metadata_url,
         metadata_poll_s=metadata_poll_s,
         price=price,
@@ -327,34 +228,134 @@ def parse(raw: object) -> AgentConfig:
     return config
 
 
-def _relative(value: str | None, key: str) -> str | None:
-    """A path inside the bundle (relative, no `..`) or an absolute one."""
-    if value is not None and not os.path.isabs(value) and ".." in value.split("/"):
-        raise ConfigError(f"{key}: {value!r} must stay inside the bundle")
-    return value
+def _run_and_store(top: Reader) -> tuple[str, str, dict[str, Any]]:
+    """The run's id, the run record's store URL and the store's options."""
+    run_id = top.string("run_id")
+    try:
+        check_id(run_id, "run_id")
+    except RecordError as exc:
+        raise ConfigError(str(exc)) from None
+    store = top.string("store")
+    try:
+        check_url(store)
+    except StoreError as exc:
+        raise ConfigError(f"store: {exc}") from None
+    options_raw = top.value("store_options") or {}
+    if not isinstance(options_raw, dict):
+        raise ConfigError(f"store_options: must be a JSON object, got {options_raw!r}")
+    return run_id, store, dict(options_raw)
+
+
+def _node(section: Reader) -> NodeConfig:
+    node_id = section.string("id")
+    provider = section.string("provider")
+    if provider not in PROVIDERS:
+        raise ConfigError(f"node.provider: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
+    market = section.opt_string("market") or "spot"
+    if market not in MARKETS:
+        raise ConfigError(f"node.market: {market!r} is not one of {', '.join(sorted(MARKETS))}")
+    node = NodeConfig(
+        id=node_id,
+        provider=provider,
+        region=section.opt_string("region"),
+        zone=section.opt_string("zone"),
+        instance_type=section.opt_string("instance_type"),
+        market=market,
+    )
+    section.done()
+    return node
+
+
+def _server(section: Reader) -> ServerConfig:
+    server_url = _http_url(section.string("url"), "server.url")
+    assert server_url is not None
+    health_path = section.opt_string("health_path") or "/health"
+    if not health_path.startswith("/"):
+        raise ConfigError(f"server.health_path: {health_path!r} must start with /")
+    server = ServerConfig(
+        url=server_url,
+        command=section.argv("command", required=False),
+        health_path=health_path,
+        ready_timeout_s=section.number("ready_timeout_s", 600.0, positive=True),
+    )
+    section.done()
+    return server
+
+
+def _episodes(section: Reader) -> EpisodesConfig:
+    command = section.argv("command", required=True)
+    if "{output}" not in " ".join(command):
+        raise ConfigError("episodes.command: must contain the {output} placeholder (the result file)")
+    episodes = EpisodesConfig(
+        command=command,
+        concurrency=section.integer("concurrency", 1),
+        max_attempts=section.integer("max_attempts", 3),
+        timeout_s=section.number("timeout_s", 3600.0, positive=True),
+    )
+    section.done()
+    return episodes
+
+
+def _price(section: Reader | None) -> PriceConfig | None:
+    if section is None:
+        return None
+    per_hour = section.number("per_hour")
+    price = PriceConfig(per_hour=per_hour, currency=section.opt_string("currency") or "USD")
+    section.done()
+    return price
+
+
+def _stop_rules(section: Reader | None, provider: str) -> StopRules:
+    """The stop rules; `on_done` is checked against what stops a node of `provider`."""
+    if section is None:
+        return StopRules()
+    on_done = section.opt_string("on_done") or "exit"
+    if on_done not in ON_DONE:
+        raise ConfigError(f"stop_rules.on_done: {on_done!r} is not one of {', '.join(ON_DONE)}")
+    explicit_poweroff = section.has("poweroff_command")
+    poweroff = section.argv("poweroff_command", required=False) or DEFAULT_POWEROFF
+    if on_done == "api_stop":  # power off = stop through the provider's API (agent/api_stop.py)
+        from spoteval.agent import api_stop
+
+        if provider not in api_stop.PROVIDERS or explicit_poweroff:
+            raise ConfigError(
+                f"stop_rules.on_done: api_stop stops {' and '.join(api_stop.PROVIDERS)} nodes through "
+                f"their API, without a poweroff_command (node.provider is {provider})"
+            )
+        on_done, poweroff, explicit_poweroff = "poweroff", api_stop.command(provider), True
+    if on_done == "poweroff" and not explicit_poweroff and provider in NO_OS_POWEROFF:
+        raise ConfigError(
+            f"stop_rules.on_done: poweroff from inside the OS does not stop a {provider} node "
+            f"({NO_OS_POWEROFF[provider]}); use exit, or set stop_rules.poweroff_command"
+        )
+    rules = StopRules(
+        max_runtime_s=section.opt_number("max_runtime_s", positive=True),
+        idle_s=section.opt_number("idle_s", positive=True),
+        budget=section.opt_number("budget", positive=True),
+        price_cap=section.opt_number("price_cap", positive=True),
+        on_done=on_done,
+        poweroff_command=poweroff,
+    )
+    section.done()
+    return rules
+
+
+def _check_priced_rules(rules: StopRules, price: PriceConfig | None, node: NodeConfig) -> None:
+    """A budget or price cap needs a price: the configured one, or the node's own read of it."""
+    facts = BY_KEY.get(node.provider)
+    reads_own_price = (
+        facts is not None and facts.price is not None and node.market in facts.price.node_markets
+    )
+    for rule, value in (("budget", rules.budget), ("price_cap", rules.price_cap)):
+        if value is not None and price is None and not reads_own_price:
+            raise ConfigError(
+                f"stop_rules.{rule}: needs price.per_hour (a {node.provider} {node.market} node cannot "
+                f"read its own price, so the {rule} could never be checked)"
+            )
 
 
 def _eval_env(section: Reader | None) -> EvalEnvConfig | None:
-    if section is None:
-        return None
-    venvs_dir = _abs_path(section.string("venvs_dir"), "eval_env.venvs_dir")
-    assert venvs_dir is not None
-    requirements = section.value("requirements")
-    if requirements is not None and (
-        not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements)
-    ):
-        raise ConfigError("eval_env.requirements: must be a list of requirement strings")
-    cfg = EvalEnvConfig(
-        venvs_dir=venvs_dir,
-        workdir=_relative(section.opt_string("workdir"), "eval_env.workdir"),
-        requirements_file=_relative(section.opt_string("requirements_file"), "eval_env.requirements_file"),
-        requirements=None if requirements is None else tuple(requirements),
-        install_timeout_s=section.number("install_timeout_s", 1800.0, positive=True),
-    )
-    if cfg.requirements is not None and cfg.requirements_file is not None:
-        raise ConfigError("eval_env: give requirements or requirements_file, not both")
-    section.done()
-    return cfg
+    return None if section is None else parse_eval_env(section)
 
 
 def _pool(raw: object) -> PoolSettings | None:
@@ -381,97 +382,104 @@ def load(path: str) -> AgentConfig:
         raise ConfigError(f"config {path}: {exc}") from None
 
 
-def build_agent_config(
-    *,
-    run_id: str,
-    store: str,
-    node_id: str,
-    provider: str,
-    region: str | None,
-    instance_type: str | None,
-    server_url: str,
-    episodes_command: Sequence[str],
-    concurrency: int,
-    max_attempts: int,
-    timeout_s: float,
-    heartbeat_s: float,
-    market: str = "spot",
-    zone: str | None = None,
-    server_command: Sequence[str] | None = None,
-    health_path: str | None = None,
-    ready_timeout_s: float | None = None,
-    on_done: str = "exit",
-    max_runtime_s: float | None = None,
-    idle_s: float | None = None,
-    budget: float | None = None,
-    price_cap: float | None = None,
-    price_per_hour: float | None = None,
-    currency: str = "USD",
-    store_options: Mapping[str, Any] | None = None,
-    metadata_url: str | None = None,
-    sigterm_grace_s: float | None = None,
-    spool_dir: str | None = None,
-    work_dir: str | None = None,
-    boot_file: str | None = None,
-    pool: Mapping[str, Any] | None = None,
-    eval_env: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+class _AgentConfigRequired(TypedDict):
+    run_id: str
+    store: str
+    node_id: str  # may be a placeholder the node replaces at boot
+    provider: str
+    region: str | None
+    instance_type: str | None
+    server_url: str
+    episodes_command: Sequence[str]
+    concurrency: int
+    max_attempts: int
+    timeout_s: float
+    heartbeat_s: float
+
+
+class AgentConfigArgs(_AgentConfigRequired, total=False):
+    """What `build_agent_config` takes: the keys above are required, these optional (None: left
+    out of the config, so the agent's default applies)."""
+
+    market: str  # "spot" unless given
+    zone: str | None
+    server_command: Sequence[str] | None  # None: the model server runs elsewhere
+    health_path: str | None
+    ready_timeout_s: float | None
+    on_done: str  # "exit" unless given
+    max_runtime_s: float | None
+    idle_s: float | None
+    budget: float | None
+    price_cap: float | None
+    price_per_hour: float | None
+    currency: str  # "USD" unless given
+    store_options: Mapping[str, Any] | None
+    metadata_url: str | None
+    sigterm_grace_s: float | None
+    spool_dir: str | None
+    work_dir: str | None
+    boot_file: str | None
+    pool: Mapping[str, Any] | None
+    eval_env: Mapping[str, Any] | None
+
+
+def build_agent_config(**args: Unpack[AgentConfigArgs]) -> dict[str, Any]:
     """The agent's config as a JSON object (what `parse` reads); optional keys are left out when None.
 
     `server_command` None: the model server runs elsewhere (a Kubernetes Deployment) and the agent
     only waits for it at `server_url`. `node_id` may be a placeholder the node replaces at boot.
     """
-    node: dict[str, Any] = {"id": node_id, "provider": provider}
-    if region is not None:
-        node["region"] = region
-    if zone:
-        node["zone"] = zone
-    if instance_type is not None:
-        node["instance_type"] = instance_type
-    node["market"] = market
-    server: dict[str, Any] = {"url": server_url}
-    if server_command is not None:
-        server["command"] = list(server_command)
-    if health_path is not None:
-        server["health_path"] = health_path
-    if ready_timeout_s is not None:
-        server["ready_timeout_s"] = ready_timeout_s
-    stop_rules: dict[str, Any] = {"on_done": on_done}
-    rules = (
-        ("max_runtime_s", max_runtime_s),
-        ("idle_s", idle_s),
-        ("budget", budget),
-        ("price_cap", price_cap),
-    )
-    for key, value in rules:
-        if value is not None:
-            stop_rules[key] = value
-    config: dict[str, Any] = {"run_id": run_id, "store": store}
-    if store_options is not None:
-        config["store_options"] = dict(store_options)
-    config["node"] = node
-    config["server"] = server
-    config["episodes"] = {
-        "command": list(episodes_command),
-        "concurrency": concurrency,
-        "max_attempts": max_attempts,
-        "timeout_s": timeout_s,
+    given = _given(args)
+    config: dict[str, Any] = {"run_id": args["run_id"], "store": args["store"]}
+    if "store_options" in given:
+        config["store_options"] = dict(given["store_options"])
+    config["node"] = {
+        "id": args["node_id"],
+        "provider": args["provider"],
+        **_picked(given, "region"),
+        **({"zone": given["zone"]} if given.get("zone") else {}),
+        **_picked(given, "instance_type"),
+        "market": args.get("market", "spot"),
     }
-    if price_per_hour is not None:
-        config["price"] = {"per_hour": price_per_hour, "currency": currency}
-    config["stop_rules"] = stop_rules
-    config["heartbeat_s"] = heartbeat_s
-    optional = (
-        ("metadata_url", metadata_url),
-        ("sigterm_grace_s", sigterm_grace_s),
-        ("spool_dir", spool_dir),
-        ("work_dir", work_dir),
-        ("boot_file", boot_file),
-        ("pool", None if pool is None else dict(pool)),
-        ("eval_env", None if eval_env is None else dict(eval_env)),
-    )
-    config.update({key: value for key, value in optional if value is not None})
+    config["server"] = {
+        "url": args["server_url"],
+        **({"command": list(given["server_command"])} if "server_command" in given else {}),
+        **_picked(given, "health_path", "ready_timeout_s"),
+    }
+    config["episodes"] = {
+        "command": list(args["episodes_command"]),
+        "concurrency": args["concurrency"],
+        "max_attempts": args["max_attempts"],
+        "timeout_s": args["timeout_s"],
+    }
+    if "price_per_hour" in given:
+        config["price"] = {"per_hour": given["price_per_hour"], "currency": args.get("currency", "USD")}
+    config["stop_rules"] = {
+        "on_done": args.get("on_done", "exit"),
+        **_picked(given, "max_runtime_s", "idle_s", "budget", "price_cap"),
+    }
+    config["heartbeat_s"] = args["heartbeat_s"]
+    config.update(_picked(given, "metadata_url", "sigterm_grace_s", "spool_dir", "work_dir", "boot_file"))
+    config.update({key: dict(given[key]) for key in ("pool", "eval_env") if key in given})
     return config
+
+
+def _given(args: AgentConfigArgs) -> dict[str, Any]:
+    """The arguments that are not None (a None one is left out of the config); a missing required
+    argument or an unknown one is a TypeError, as for any function's keywords."""
+    required, optional = AgentConfigArgs.__required_keys__, AgentConfigArgs.__optional_keys__
+    missing = sorted(required - set(args))
+    unknown = sorted(set(args) - required - optional)
+    problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
+        [f"unknown {', '.join(unknown)}"] if unknown else []
+    )
+    if problems:
+        raise TypeError(f"build_agent_config(): {'; '.join(problems)}")
+    return {key: value for key, value in args.items() if value is not None}
+
+
+def _picked(given: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: given[key] for key in keys if key in given}
 
 
 def substitute(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:

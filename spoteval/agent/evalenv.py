@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from spoteval.config_reader import Reader
+
 MARKER: Final = "spoteval-env.json"
 LAYER_PTH: Final = "_spoteval_layer.pth"
 INSTALL_TIMEOUT_S: Final = 1800.0
@@ -61,6 +63,37 @@ class EvalEnvConfig:
     requirements_file: str | None = None  # relative to the bundle root (or absolute)
     requirements: tuple[str, ...] | None = None
     install_timeout_s: float = INSTALL_TIMEOUT_S
+
+
+def parse_eval_env(section: Reader) -> EvalEnvConfig:
+    """The agent config's `eval_env` section, read with the config's errors (each names its key)."""
+    venvs_dir = section.string("venvs_dir")
+    if not os.path.isabs(venvs_dir):
+        section.fail("venvs_dir", f"{venvs_dir!r} must be an absolute path")
+    requirements = section.value("requirements")
+    if requirements is not None and (
+        not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements)
+    ):
+        section.fail("requirements", "must be a list of requirement strings")
+    cfg = EvalEnvConfig(
+        venvs_dir=venvs_dir,
+        workdir=_in_bundle(section, "workdir"),
+        requirements_file=_in_bundle(section, "requirements_file"),
+        requirements=None if requirements is None else tuple(requirements),
+        install_timeout_s=section.number("install_timeout_s", INSTALL_TIMEOUT_S, positive=True),
+    )
+    if cfg.requirements is not None and cfg.requirements_file is not None:
+        section.fail_at(section.where, "give requirements or requirements_file, not both")
+    section.done()
+    return cfg
+
+
+def _in_bundle(section: Reader, key: str) -> str | None:
+    """A path inside the bundle (relative, no `..`) or an absolute one."""
+    value = section.opt_string(key)
+    if value is not None and not os.path.isabs(value) and ".." in value.split("/"):
+        section.fail(key, f"{value!r} must stay inside the bundle")
+    return value
 
 
 @dataclass

@@ -26,7 +26,7 @@ from spoteval.providers import AWS
 
 assert AWS.price is not None and AWS.price.url is not None
 EC2_API_VERSION: Final = AWS.price.version or ""
-#: the regional EC2 endpoint, a format string with `{region}` (spoteval/providers.py)
+#: the regional EC2 endpoint, a format string with `{region}` (spoteval/providers/aws.py)
 EC2_ENDPOINT: Final[str] = AWS.price.url
 LINUX: Final = "Linux/UNIX"
 #: the product descriptions asked for (the VPC one is what older accounts list)

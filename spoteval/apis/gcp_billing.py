@@ -22,7 +22,7 @@ from typing import Any, Final
 from spoteval.providers import GCP
 
 assert GCP.price is not None and GCP.price.url is not None
-#: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers.py)
+#: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers/gcp.py)
 COMPUTE_SERVICE: Final = GCP.price.names["compute_service"]
 CATALOG_URL: Final[str] = GCP.price.url
 #: the most pages one listing reads

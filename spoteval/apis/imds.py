@@ -2,7 +2,7 @@
 every read with the token; a read answered 401 (the token expired or was revoked) takes a new token
 once. The instance role's credentials come from `iam/security-credentials/{role}`, or from the
 standard AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN variables when they are set.
-Paths and headers: spoteval/providers.py (`AWS.metadata`)."""
+Paths and headers: spoteval/providers/aws.py (`AWS.metadata`)."""
 
 from __future__ import annotations
 

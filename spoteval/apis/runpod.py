@@ -5,7 +5,7 @@ agent's API stop (`spoteval.agent.api_stop`) and the Pulumi dynamic provider
 (`components/runpod_provider.py`) share; it runs on the pod too.
 
 - Credentials: `RUNPOD_API_KEY` (sent as `Authorization: Bearer`). Address: `RUNPOD_REST_URL`
-  (default `DEFAULT_REST_URL`, spoteval/providers.py). Tests point it at a fake.
+  (default `DEFAULT_REST_URL`, spoteval/providers/runpod.py). Tests point it at a fake.
 - Errors: `RunpodError`, one line naming the call; 401/403 name the key's variable.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from spoteval.providers import RUNPOD
 
-#: REST API v2 (spoteval/providers.py)
+#: REST API v2 (spoteval/providers/runpod.py)
 DEFAULT_REST_URL: Final = RUNPOD.api_urls["rest"]
 API_KEY_ENV: Final = "RUNPOD_API_KEY"
 REST_URL_ENV: Final = "RUNPOD_REST_URL"

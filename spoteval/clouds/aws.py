@@ -40,6 +40,7 @@ from spoteval.clouds.base import (
 )
 from spoteval.price import Price
 from spoteval.providers import AWS
+from spoteval.providers import aws as aws_facts
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.client import EC2Client
@@ -55,18 +56,8 @@ _STATES: Final = {
 }
 #: StateReason codes of a spot instance that EC2 stopped by an interruption (only EC2 restarts it).
 _INTERRUPTED: Final = ("Server.SpotInstanceShutdown", "Server.SpotInstanceTermination")
-#: Error codes of StartInstances that mean no capacity or quota now (worth retrying later):
-#: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html (checked 2026-12-01)
-CAPACITY_CODES: Final = frozenset(
-    {
-        "InsufficientInstanceCapacity",
-        "InsufficientCapacity",
-        "UnfulfillableCapacity",
-        "InstanceLimitExceeded",
-        "VcpuLimitExceeded",
-        "MaxSpotInstanceCountExceeded",
-    }
-)
+#: error codes of a start that mean no capacity (or quota) now (spoteval/providers/aws.py)
+CAPACITY_CODES: Final = aws_facts.CAPACITY_CODES
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from spoteval.price import (
     retail_prices_url,
 )
 from spoteval.providers import AZURE
+from spoteval.providers import azure as azure_facts
 
 __all__ = ["AzureOptions", "AzurePlane", "price_filter", "retail_items", "spot_price", "vm_resource_id"]
 
@@ -55,20 +56,8 @@ if TYPE_CHECKING:
     from azure.mgmt.compute import ComputeManagementClient
     from azure.mgmt.network import NetworkManagementClient
 
-#: ARM error codes of a VM start that mean no capacity (or quota) now: worth retrying later.
-#: https://learn.microsoft.com/en-us/troubleshoot/azure/virtual-machines/windows/allocation-failure and
-#: https://learn.microsoft.com/en-us/azure/azure-resource-manager/troubleshooting/error-sku-not-available
-#: (checked 2026-12-01)
-CAPACITY_CODES: Final = frozenset(
-    {
-        "AllocationFailed",
-        "ZonalAllocationFailed",
-        "OverconstrainedAllocationRequest",
-        "OverconstrainedZonalAllocationRequest",
-        "SkuNotAvailable",
-        "OperationNotAllowed",
-    }
-)
+#: error codes of a start that mean no capacity (or quota) now (spoteval/providers/azure.py)
+CAPACITY_CODES: Final = azure_facts.CAPACITY_CODES
 _POWER_STATES: Final = {
     "starting": "pending",
     "running": "running",

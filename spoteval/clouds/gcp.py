@@ -44,6 +44,7 @@ from spoteval.clouds.base import (
 )
 from spoteval.price import Price
 from spoteval.providers import GCP
+from spoteval.providers import gcp as gcp_facts
 
 _STATES: Final = {
     "PROVISIONING": "pending",
@@ -57,16 +58,8 @@ _STATES: Final = {
     "TERMINATED": "stopped",
 }
 _PATH = re.compile(r"(?:^|/)projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$")
-#: Operation error codes that mean no capacity (or quota) now: worth retrying later.
-#: https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
-#: (checked 2026-12-01)
-CAPACITY_CODES: Final = (
-    "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-    "QUOTA_EXCEEDED",
-    "insufficientCapacity",
-    "quotaExceeded",
-)
+#: error codes of a start that mean no capacity (or quota) now (spoteval/providers/gcp.py)
+CAPACITY_CODES: Final = gcp_facts.CAPACITY_CODES
 
 
 def catalog_price(skus: Iterable[Mapping[str, Any]], region: str, shape: MachineShape) -> Price | None:

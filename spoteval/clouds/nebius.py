@@ -23,7 +23,6 @@ Credentials: `NEBIUS_IAM_TOKEN` when set, else the Nebius CLI's profile (`~/.neb
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -40,6 +39,7 @@ from spoteval.clouds.base import (
 )
 from spoteval.price import Price
 from spoteval.providers import NEBIUS
+from spoteval.providers import nebius as nebius_facts
 
 USER_AGENT: Final = "spot-eval/1"
 TOKEN_ENV: Final = "NEBIUS_IAM_TOKEN"
@@ -54,7 +54,6 @@ _STATES: Final = {
     "DELETING": "terminated",
     "ERROR": "unknown",
 }
-_GPUS = re.compile(r"^(\d+)gpu-")
 #: A start refused for lack of capacity or quota: gRPC RESOURCE_EXHAUSTED on the call or in the
 #: operation's status, or these words in its message [unconfirmed: no Nebius page lists the start
 #: errors of a preemptible VM; checked 2026-12-01]
@@ -67,10 +66,9 @@ def _strip_cidr(address: str) -> str:
 
 
 def gpus_of(instance_type: str) -> int:
-    """GPUs of `PLATFORM/PRESET` (`gpu-h100-sxm/1gpu-16vcpu-200gb` -> 1); 1 when the preset says none."""
-    preset = instance_type.rsplit("/", 1)[-1]
-    m = _GPUS.match(preset)
-    return int(m.group(1)) if m else 1
+    """GPUs of `PLATFORM/PRESET` (`gpu-h100-sxm/1gpu-16vcpu-200gb` -> 1); 1 when the preset says none
+    (the rule is a fact of spoteval/providers/nebius.py)."""
+    return nebius_facts.gpus_of(instance_type)
 
 
 def spot_price(items: Iterable[Any], region: str, platform: str, gpus: int) -> Price | None:

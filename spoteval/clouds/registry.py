@@ -1,74 +1,56 @@
-"""Provider name (the stack's `provider` output) -> the factory of its control plane.
+"""Provider (the stack's `provider` output) -> its control plane, as its fact module names it
+(`PLANE`, `GROUP_PLANE` in spoteval/providers/); the readers of the events its stack keeps sit
+above the planes, in spoteval/events/readers.py.
 
-Provider SDKs are imported only when their factory is called, so using one provider never needs the
-others installed.
+Provider SDKs are imported only when a plane is opened, so using one provider never needs the
+others installed. An unknown provider is a ControlPlaneError naming the known ones.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
 
 from spoteval.clouds.base import ControlPlane, ControlPlaneError, PlaneOptions, StackOutputs
+from spoteval.providers import Provider, UnknownProvider, facts, provider, registered
 
 Factory = Callable[[StackOutputs, str, PlaneOptions], ControlPlane]
 
 
-def _aws(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.aws import AwsPlane
+@runtime_checkable
+class Connects(Protocol):
+    """A control plane class: `connect` opens one node's plane of a stack."""
 
-    return AwsPlane.connect(outputs, node, options)
-
-
-def _gcp(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.gcp import GcpPlane
-
-    return GcpPlane.connect(outputs, node, options)
+    def connect(self, outputs: StackOutputs, node: str, config: PlaneOptions) -> ControlPlane: ...
 
 
-def _azure(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.azure import AzurePlane
-
-    return AzurePlane.connect(outputs, node, options)
-
-
-def _kubernetes(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.kubernetes import KubernetesPlane
-
-    return KubernetesPlane.connect(outputs, node, options)
+def _load(path: str) -> Connects:
+    """The control plane class at "module:Class" (a provider's `PLANE` or `GROUP_PLANE`)."""
+    module, _, name = path.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    if not isinstance(found, Connects):
+        raise TypeError(f"{path} has no connect(outputs, node, options)")
+    return found
 
 
-def _nebius(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.nebius import NebiusPlane
+def _factory(path: str) -> Factory:
+    def connect(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
+        return _load(path).connect(outputs, node, options)
 
-    return NebiusPlane.connect(outputs, node, options)
-
-
-def _runpod(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.runpod import RunpodPlane
-
-    return RunpodPlane.connect(outputs, node, options)
+    return connect
 
 
-def _group(outputs: StackOutputs, node: str, options: PlaneOptions) -> ControlPlane:
-    from spoteval.clouds.groups import AwsGroupPlane, AzureScaleSetPlane, GcpMigPlane
-
-    if outputs.provider == "aws":
-        return AwsGroupPlane.connect(outputs, node, options)
-    if outputs.provider == "gcp":
-        return GcpMigPlane.connect(outputs, node, options)
-    return AzureScaleSetPlane.connect(outputs, node, options)
+def _provider(name: str) -> Provider:
+    """The provider of a stack's `provider` output (its key, or its long name: "kubernetes")."""
+    return provider(facts(name).key)
 
 
-#: provider name (the stack's `provider` output) -> factory
+#: provider name and key (the stack's `provider` output) -> factory of its single-node plane
 PROVIDERS: Final[dict[str, Factory]] = {
-    "aws": _aws,
-    "gcp": _gcp,
-    "azure": _azure,
-    "kubernetes": _kubernetes,
-    "k8s": _kubernetes,
-    "nebius": _nebius,
-    "runpod": _runpod,
+    spelling: factory
+    for p, factory in ((p, _factory(p.PLANE)) for p in registered())
+    for spelling in (p.KEY, p.FACTS.name)
 }
 
 
@@ -83,19 +65,20 @@ def open_plane(
         raise ControlPlaneError(
             f"node {node!r} is not among the stack's node_ids ({', '.join(outputs.node_ids)})"
         )
-    from spoteval.clouds.groups import GROUP_PROVIDERS, pool_size
+    try:
+        found = _provider(outputs.provider)
+    except UnknownProvider as exc:
+        raise ControlPlaneError(str(exc)) from None
+    from spoteval.clouds.groups import pool_size
 
-    if pool_size(outputs) > 0 and outputs.provider in GROUP_PROVIDERS:
+    if pool_size(outputs) > 0 and found.GROUP_PLANE:
         if not groups:
             raise ControlPlaneError(
                 f"{outputs.provider} node {node!r} is a pool of {pool_size(outputs)}: restarts are "
                 "measured on a single-node stack (node.count: 1)"
             )
-        return _group(outputs, node, options)
-    factory = PROVIDERS.get(outputs.provider)
-    if factory is None:
-        raise ControlPlaneError(f"no control plane for provider {outputs.provider!r}")
-    return factory(outputs, node, options)
+        return _load(found.GROUP_PLANE).connect(outputs, node, options)
+    return _load(found.PLANE).connect(outputs, node, options)
 
 
 #: The flat option names of the restart measurement's command line -> (provider, the option's key

@@ -21,17 +21,14 @@
 
 Just before each notice the controller freezes the node (SIGSTOP), lists the episodes in flight from
 the processes' command lines, delivers the notice and lets the node run on: the tests compare that
-list with the attempts the agent recorded as interrupted.
+list with the attempts the agent recorded as interrupted. The provider's side of this (lifetimes,
+notices, kills, capacity delays) is spoteval/drill/chaos.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import os
-import random
-import signal
 import subprocess
 import sys
 import threading
@@ -39,15 +36,15 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from spoteval import loopback
 from spoteval.bundle.unpack import unpack
 from spoteval.drill.attach import DrillNode, DrillRun, write_operator_file
 from spoteval.drill.bundled import DrillBundle, prepare
+from spoteval.drill.chaos import DrilledRun, NodeLife, Provider, node_name, release_file
 from spoteval.drill.config import (
     DRILL_GRANT,
-    NODE_PLACE,
     OPERATOR_TIMING,
     DrillConfig,
     DrillError,
@@ -61,18 +58,15 @@ from spoteval.drill.config import (
 from spoteval.drill.display import Display
 from spoteval.drill.moto_store import create_bucket, start_moto
 from spoteval.drill.node import launch_node
-from spoteval.drill.plane import Launch, LocalPlane, local_outputs
-from spoteval.drill.procs import descendants, episodes_in, frozen, identifiable
+from spoteval.drill.plane import LocalPlane, local_outputs
 from spoteval.harness.hold import ENV as HOLD_ENV
 from spoteval.harness.hold import RELEASE_ENV
 from spoteval.loopback import free_port
 from spoteval.manifest import ManifestEntry, dump_manifest
 from spoteval.operate.lease import OperatorLease, holder_name
 from spoteval.operate.loop import Line, Operator
-from spoteval.record import Event, RunLayout, format_time, utc_now
+from spoteval.record import RunLayout, utc_now
 from spoteval.store import Store, StoreError
-
-_PREEMPTED_SEQ: Final = 900_000
 
 
 class Drill:
@@ -86,9 +80,9 @@ class Drill:
         self.moto: loopback.Server | None = None
         self.planes: list[LocalPlane] = []
         self.notes: list[str] = []
-        self.lifetimes = random.Random(f"lifetimes:{cfg.seed}")
-        self.delays = random.Random(f"capacity:{cfg.seed}")
-        self.preempted_seq = _PREEMPTED_SEQ
+        self.kills: list[Kill] = []  # each time the provider took a node
+        self.exit_codes: list[int | None] = []  # each agent's exit code, as its node ended
+        self.provider = Provider(cfg, self.planes, (), self._log)
         self.prepared: DrillBundle | None = None  # the bundle every node start unpacks
 
     # set-up ---------------------------------------------------------------------------------
@@ -130,45 +124,61 @@ class Drill:
             check=False,
         )
 
+    def _write_configs(self, run_id: str, store_url: str, options: dict[str, Any]) -> list[Path]:
+        """Each node's agent config (`agent.json`, in a pool `agent-{i}.json` for the others)."""
+        cfg = self.cfg
+        configs = [self.out / "agent.json"] + [self.out / f"agent-{i}.json" for i in range(2, cfg.nodes + 1)]
+        prepared = self.prepared
+        assert prepared is not None
+        for i, path in enumerate(configs, start=1):
+            agent = agent_config(
+                cfg,
+                run_id,
+                store_url,
+                options,
+                free_port(),
+                index=i,
+                episodes_command=prepared.command,
+                eval_env=prepared.eval_env,
+                home=prepared.base,
+            )
+            path.write_text(json.dumps(agent, indent=2) + "\n")
+        return configs
+
+    def _upload_manifest(self, entries: list[ManifestEntry], config: Path) -> None:
+        manifest_path = self.out / "manifest.jsonl"
+        manifest_path.write_bytes(dump_manifest(entries))
+        upload = self._agent_cli("manifest", "--config", str(config), str(manifest_path))
+        if upload.returncode != 0:
+            raise DrillError(f"uploading the manifest failed: {_last_line(upload.stderr)}")
+
     # the provider ---------------------------------------------------------------------------
 
     def _launch(self, config: Path, incarnation: int, index: int = 1) -> subprocess.Popen[bytes]:
         hold: dict[str, str] = {}
         if self.cfg.preempt_after_samples is not None and incarnation == 1:
             hold[HOLD_ENV] = str(self.cfg.preempt_after_samples)  # a first life's shards stop at N samples
-            hold[RELEASE_ENV] = str(self._release_file(index))
-            self._release_file(index).unlink(missing_ok=True)
+            hold[RELEASE_ENV] = str(release_file(self.cfg, index))
+            release_file(self.cfg, index).unlink(missing_ok=True)
         folder = node_dir(self.cfg, index)
         return launch_node(config, folder, f"node-{incarnation}.log", bundle=self.bundle_zip, extra_env=hold)
 
-    def _release_file(self, index: int) -> Path:
-        """Created when node `index` is not the one taken at N samples: its shards hold no more."""
-        return node_dir(self.cfg, index) / "hold-released"
-
-    def _write_preempted(
-        self, store: Store, layout: RunLayout, at: datetime, launched: datetime, node: str
-    ) -> None:
-        event = Event(
-            time=at,
-            run_id=layout.run_id,
-            node=node,
-            kind="preempted",
-            reason="provider",
-            **NODE_PLACE,
-            details={"observer": "drill", "launch_time": format_time(launched)},
-        )
-        self.preempted_seq += 1
-        store.put_new(layout.event(at, node, self.preempted_seq), event.dumps())
-
-    def _count_results(self, store: Store, layout: RunLayout) -> int:
-        try:
-            return len(store.list(layout.results_prefix))
-        except StoreError:
-            return -1
+    def _make_planes(self, configs: list[Path]) -> None:
+        """A control plane per node, each launching the node's startup path with its config."""
+        cfg = self.cfg
+        self.planes[:] = [
+            LocalPlane(
+                lambda n, i=i, c=c: self._launch(c, n, i),  # type: ignore[misc]
+                node=node_id(cfg, i),
+                boot_file=node_dir(cfg, i) / "boot.json",
+            )
+            for i, c in enumerate(configs, start=1)
+        ]
 
     def run(self) -> DrillResult:
         cfg = self.cfg
         self.prepared = prepare(cfg)  # before anything is written or started
+        self.provider.command = self.prepared.command
         self.out.mkdir(parents=True, exist_ok=True)
         self.bundle_zip.write_bytes(self.prepared.bundle.data)
         started = utc_now()
@@ -200,48 +210,48 @@ class Drill:
         entries = self._manifest()
         if self.display is not None:
             self.display.set_total(len(entries))
-        manifest_path = self.out / "manifest.jsonl"
-        manifest_path.write_bytes(dump_manifest(entries))
-        config_path = self.out / "agent.json"
-        configs = [config_path] + [self.out / f"agent-{i}.json" for i in range(2, cfg.nodes + 1)]
-        prepared = self.prepared
-        assert prepared is not None
-        for i, path in enumerate(configs, start=1):
-            agent = agent_config(
-                cfg,
-                run_id,
-                store_url,
-                options,
-                free_port(),
-                index=i,
-                episodes_command=prepared.command,
-                eval_env=prepared.eval_env,
-                home=prepared.base,
-            )
-            path.write_text(json.dumps(agent, indent=2) + "\n")
+        configs = self._write_configs(run_id, store_url, options)
         base = base_workload(len(entries), cfg.capacity_delay_s)
         (self.out / "workload.json").write_text(json.dumps(base, indent=2) + "\n")
-        upload = self._agent_cli("manifest", "--config", str(config_path), str(manifest_path))
-        if upload.returncode != 0:
-            raise DrillError(f"uploading the manifest failed: {_last_line(upload.stderr)}")
+        self._upload_manifest(entries, configs[0])
         self._log(
             f"run {run_id}: {len(entries)} episodes, {cfg.nodes} node(s), concurrency {cfg.concurrency}, "
             f"store {store_url}; "
             f"lifetimes exponential with mean {cfg.lifetime_s:g} s, notice {cfg.notice_s:g} s, "
             f"capacity delay mean {cfg.capacity_delay_s:g} s, seed {cfg.seed}"
         )
-        life = _Life(
-            store, layout, config_path, frozenset(e.id for e in entries), time.monotonic() + cfg.timeout_s
+        run = DrilledRun(
+            store, layout, configs[0], frozenset(e.id for e in entries), time.monotonic() + cfg.timeout_s
         )
-        self.planes = [
-            LocalPlane(
-                lambda n, i=i, c=c: self._launch(c, n, i),  # type: ignore[misc]
-                node=node_id(cfg, i),
-                boot_file=node_dir(cfg, i) / "boot.json",
-            )
-            for i, c in enumerate(configs, start=1)
-        ]
+        self._make_planes(configs)
         members = [_Member(plane, i) for i, plane in enumerate(self.planes, start=1)]
+        operator = self._operator(run, store_url, options, configs)
+        finished = self._operated(run, members, operator)
+        result = DrillResult(
+            config=cfg,
+            run_id=run_id,
+            store_url=store_url,
+            store_options=options,
+            started=started,
+            ended=utc_now(),
+            incarnations=sum(p.starts for p in self.planes),
+            kills=tuple(self.kills),
+            finished=finished,
+            episodes=len(entries),
+            results=max(0, run.results()),
+            exit_codes=tuple(self.exit_codes),
+            notes=tuple(self.notes),
+        )
+        (self.out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        return result
+
+    # the operator ---------------------------------------------------------------------------
+
+    def _operator(
+        self, run: DrilledRun, store_url: str, options: dict[str, Any], configs: list[Path]
+    ) -> Operator:
+        """The run's operator under its lease, and `operator.json` for a second one (attach.py)."""
+        cfg, run_id = self.cfg, run.layout.run_id
         nodes = zip(self.planes, configs, strict=True)
         write_operator_file(
             self.out,
@@ -256,18 +266,20 @@ class Drill:
                 ),
             ),
         )
-        operator = Operator(
+        return Operator(
             local_outputs(run_id, store_url, tuple(p.node for p in self.planes)),
             {p.node: p for p in self.planes},
             DRILL_GRANT,
-            store,
+            run.store,
             timing=OPERATOR_TIMING,
             start_timeout_s=30.0,
-            lease=OperatorLease(store, run_id, holder=holder_name("drill"), ttl_s=cfg.lease_ttl_s),
+            lease=OperatorLease(run.store, run_id, holder=holder_name("drill"), ttl_s=cfg.lease_ttl_s),
         )
-        kills: list[Kill] = []
-        exit_codes: list[int | None] = []
-        for plane in self.planes:  # the stack coming up: each node's first start (`initial`)
+
+    def _operated(self, run: DrilledRun, members: list[_Member], operator: Operator) -> bool:
+        """Each node's first start (the stack coming up, `initial`), then the operator's loop beside
+        the chaos until every episode has a result (True) or the time limit (False)."""
+        for plane in self.planes:
             plane.start(30.0)
         operating = threading.Event()
         thread = threading.Thread(
@@ -276,28 +288,12 @@ class Drill:
         thread.start()
         finished = False
         try:
-            finished = self._loop(life, members, operator, kills, exit_codes)
+            finished = self._loop(run, members, operator)
         finally:
             operating.set()
             thread.join(timeout=60)
             self._let_go(operator, finished=finished)
-        result = DrillResult(
-            config=cfg,
-            run_id=run_id,
-            store_url=store_url,
-            store_options=options,
-            started=started,
-            ended=utc_now(),
-            incarnations=sum(p.starts for p in self.planes),
-            kills=tuple(kills),
-            finished=finished,
-            episodes=len(entries),
-            results=max(0, self._count_results(store, layout)),
-            exit_codes=tuple(exit_codes),
-            notes=tuple(self.notes),
-        )
-        (self.out / "drill.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-        return result
+        return finished
 
     def _let_go(self, operator: Operator, *, finished: bool) -> None:
         """The drill's operator ends its turn: after a last check when every episode has its result
@@ -320,59 +316,43 @@ class Drill:
                 self._log(f"operator: {operator.standing.line()}")  # another operator took the lease
             reading = operator.reading
 
-    def _loop(
-        self,
-        life: _Life,
-        members: list[_Member],
-        operator: Operator,
-        kills: list[Kill],
-        exit_codes: list[int | None],
-    ) -> bool:
+    def _loop(self, run: DrilledRun, members: list[_Member], operator: Operator) -> bool:
         """Chaos on every node until every episode has a result (True) or the time limit (False)."""
         cfg = self.cfg
         while True:
             now = time.monotonic()
-            done = self._count_results(life.store, life.layout)
-            all_done = done >= len(life.ids)
+            done = run.results()
+            all_done = done >= len(run.ids)
             for m in members:
-                self._watch(m, life, operator, kills, exit_codes, now=now, all_done=all_done)
+                self._watch(m, run, operator, now=now, all_done=all_done)
             if all_done and all(m.chaos.over for m in members):
                 return True
-            if now >= life.deadline:
+            if now >= run.deadline:
                 self._stop_node()
                 self.notes.append(
                     f"stopped at the time limit of {cfg.timeout_s:g} s before every episode had a result"
                 )
                 self._log(self.notes[-1])
                 return False
-            self._status(done, len(life.ids), members, len(kills))
+            self._status(done, len(run.ids), members, len(self.kills))
             time.sleep(0.05)
 
-    def _watch(
-        self,
-        m: _Member,
-        life: _Life,
-        operator: Operator,
-        kills: list[Kill],
-        exit_codes: list[int | None],
-        *,
-        now: float,
-        all_done: bool,
-    ) -> None:
+    def _watch(self, m: _Member, run: DrilledRun, operator: Operator, *, now: float, all_done: bool) -> None:
         """One node: a new life when it was started, its own end, the provider's notice and kill."""
         plane = m.plane
         launch = plane.latest  # its number and launch time come together (see plane.py)
         if launch is not None and launch.number != m.chaos.start:  # started (by the operator after the first)
-            m.chaos = self._new_life(plane, launch)
-        exit_codes.extend(code for _, code in plane.exits())
+            m.chaos = self.provider.new_life(plane, launch)
+        self.exit_codes.extend(code for _, code in plane.exits())
         if not m.chaos.over and not plane.state().running:  # it ended by itself (or was stopped)
             m.chaos.over = True
             code = plane.process.returncode if plane.process is not None else None
             # its last results may have reached the store after this round counted them
-            all_done = all_done or self._count_results(life.store, life.layout) >= len(life.ids)
+            all_done = all_done or run.results() >= len(run.ids)
             if all_done:
                 who = "the operator" if plane.state().raw == "stopped" else "itself"
-                self._log(f"{self._name(plane)}stopped by {who} (exit {code}): every episode has its result")
+                name = node_name(self.cfg, plane)
+                self._log(f"{name}stopped by {who} (exit {code}): every episode has its result")
                 return
             tail = _tail(node_dir(self.cfg, m.index) / "logs" / f"node-{m.chaos.start}.log")
             status = operator.status()[m.index - 1]
@@ -384,143 +364,22 @@ class Drill:
                     f"the agent exited with {code} before the run was done ({status.label}): {tail}"
                 )
             self.notes.append(
-                f"{self._name(plane)}start {m.chaos.start}: the agent exited with {code} "
+                f"{node_name(self.cfg, plane)}start {m.chaos.start}: the agent exited with {code} "
                 "before the run was done"
             )
             self._log(f"{self.notes[-1]}: {tail}")
         if m.chaos.by_samples and not m.chaos.over:
-            self._preempt_by_samples(life, m.chaos, plane, now)
+            self.provider.preempt_by_samples(run, m.chaos, plane, now)
         if not m.chaos.over:
-            kill = self._chaos(life, m.chaos, plane, now=now, all_done=all_done)
+            kill = self.provider.act(run, m.chaos, plane, now=now, all_done=all_done)
             if kill is not None:
                 m.early = 0
-                kills.append(kill)
-                exit_codes.append(kill.agent_exit)
+                self.kills.append(kill)
+                self.exit_codes.append(kill.agent_exit)
                 self._log(
-                    f"{self._name(plane)}taken (preempted); capacity comes back in "
+                    f"{node_name(self.cfg, plane)}taken (preempted); capacity comes back in "
                     f"{kill.capacity_delay_s:.1f} s"
                 )
-
-    def _name(self, plane: LocalPlane) -> str:
-        return "node " if self.cfg.nodes == 1 else f"{plane.node} "
-
-    def _new_life(self, plane: LocalPlane, launch: Launch) -> _Chaos:
-        """The node has just started (`launch`): draw how long the provider lets it live."""
-        lifetime = self.lifetimes.expovariate(1.0 / self.cfg.lifetime_s)
-        notice_s = self.cfg.notice_s
-        counted = self._counted()
-        if counted is not None and launch.number == 1:
-            n, what = counted
-            work = "a shard" if self.cfg.preempt_after_samples is not None else "an episode"
-            unless = "" if self.cfg.nodes == 1 else f" if it runs {work} then; else in {lifetime:.1f} s"
-            self._log(
-                f"{self._name(plane)}start 1 (it will be taken once {n} {what} are in the store{unless})"
-            )
-            return _Chaos(start=1, lifetime=lifetime, launched=launch.at, over=False, by_samples=True)
-        self._log(f"{self._name(plane)}start {launch.number} (its lifetime will be {lifetime:.1f} s)")
-        return _Chaos(
-            start=launch.number,
-            lifetime=lifetime,
-            launched=launch.at,
-            t_notice=launch.at_mono + max(0.0, lifetime - notice_s) if notice_s > 0 else math.inf,
-            t_kill=launch.at_mono + lifetime,
-            over=False,
-        )
-
-    def _counted(self) -> tuple[int, str] | None:
-        """The first life's end by a count in the store: (how many, of what), or None."""
-        if self.cfg.preempt_after_samples is not None:
-            return self.cfg.preempt_after_samples, "harness samples"
-        if self.cfg.preempt_after_results is not None:
-            return self.cfg.preempt_after_results, "episode results"
-        return None
-
-    def _preempt_by_samples(self, life: _Life, chaos: _Chaos, plane: LocalPlane, now: float) -> None:
-        """`preempt_after_samples` (or `_results`): once that many are in the store, the notice is now
-        for a node that runs a shard (its shard runners hold there: spoteval/harness/hold.py); a node
-        that runs none lives its drawn lifetime instead. With `_results` a lone node is taken then
-        whatever it runs (its episodes do not hold); in a pool, only a node that runs an episode."""
-        counted = self._counted()
-        assert counted is not None
-        try:
-            if self.cfg.preempt_after_samples is not None:
-                keys = life.store.list(f"{life.layout.prefix}harness/")
-                samples = sum(1 for key in keys if "/samples/" in key)
-            else:
-                samples = len(life.store.list(life.layout.results_prefix))
-        except StoreError:
-            return
-        if samples < counted[0]:
-            return
-        chaos.by_samples = False
-        process = plane.process
-        checked = self.cfg.preempt_after_samples is not None or self.cfg.nodes > 1
-        if checked and (process is None or not episodes_in(descendants(process.pid), life.ids)):
-            index = next(i for i, p in enumerate(self.planes, start=1) if p is plane)
-            self._release_file(index).touch()
-            latest = plane.latest
-            launched = latest.at_mono if latest is not None else now
-            chaos.t_kill = launched + chaos.lifetime
-            chaos.t_notice = chaos.t_kill - self.cfg.notice_s if self.cfg.notice_s > 0 else math.inf
-            return
-        chaos.t_notice = now if self.cfg.notice_s > 0 else math.inf
-        chaos.t_kill = now + self.cfg.notice_s
-        chaos.lifetime = (utc_now() - chaos.launched).total_seconds() + self.cfg.notice_s
-        who = "the node" if self.cfg.nodes == 1 else plane.node
-        self._log(f"{samples} {counted[1]} in the store: {who} is taken")
-
-    def _chaos(
-        self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool
-    ) -> Kill | None:
-        """What the provider does to the running node now: the notice, then taking it."""
-        with plane.lock:
-            return self._chaos_locked(life, chaos, plane, now=now, all_done=all_done)
-
-    def _chaos_locked(
-        self, life: _Life, chaos: _Chaos, plane: LocalPlane, *, now: float, all_done: bool
-    ) -> Kill | None:
-        process = plane.process
-        assert process is not None
-        exited = process.poll() is not None
-        if exited and not plane.held:
-            return None  # it ended by itself, before any notice: not the provider's doing
-        if chaos.notice_at is not None and exited and all_done:
-            plane.release()  # the agent finished after the notice: nothing left to take
-            return None
-        if chaos.notice_at is None and now >= chaos.t_notice and not exited and not all_done:
-            with frozen(process.pid, settle=True) as procs:
-                # counted again with the node frozen: a node that has just finished gets no notice
-                if self._count_results(life.store, life.layout) < len(life.ids):
-                    chaos.in_flight = episodes_in(procs, life.ids)
-                    chaos.notice_at = utc_now()
-                    plane.hold()
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGTERM)
-            if chaos.notice_at is not None:
-                self._log(f"notice (SIGTERM to the agent) with {len(chaos.in_flight)} episode(s) in flight")
-        if now < chaos.t_kill:
-            return None
-        code = process.returncode
-        if process.poll() is None and chaos.notice_at is None:  # taken without notice: in flight dies now
-            with frozen(process.pid, settle=True) as procs:
-                chaos.in_flight = episodes_in(procs, life.ids)
-        delay = self.delays.expovariate(1.0 / self.cfg.capacity_delay_s)
-        plane.take(delay)
-        chaos.over = True
-        killed_at = utc_now()
-        self._write_preempted(life.store, life.layout, killed_at, chaos.launched, plane.node)
-        return Kill(
-            incarnation=chaos.start,
-            launched=chaos.launched,
-            lifetime_s=chaos.lifetime,
-            notice_at=chaos.notice_at,
-            killed_at=killed_at,
-            in_flight=tuple(sorted(chaos.in_flight)),
-            observed=identifiable(self.prepared.command if self.prepared else ()),
-            agent_exit=code,
-            capacity_delay_s=delay,
-            node=plane.node,
-        )
 
     def _status(self, done: int, total: int, members: list[_Member], kills: int) -> None:
         if self.display is None:
@@ -539,37 +398,13 @@ class Drill:
 
 
 @dataclass
-class _Chaos:
-    """The chaos controller's view of the node's current life."""
-
-    start: int = 0  # the plane's start count this life belongs to
-    lifetime: float = 0.0
-    launched: datetime = field(default_factory=utc_now)
-    t_notice: float = math.inf
-    t_kill: float = math.inf
-    notice_at: datetime | None = None
-    in_flight: set[str] = field(default_factory=set)
-    over: bool = True  # taken, or ended by itself
-    by_samples: bool = False  # taken once `preempt_after_samples` samples are in the store
-
-
-@dataclass
 class _Member:
     """One node of the drill: its control plane, its current life, its early exits in a row."""
 
     plane: LocalPlane
     index: int
-    chaos: _Chaos = field(default_factory=_Chaos)
+    chaos: NodeLife = field(default_factory=NodeLife)
     early: int = 0
-
-
-@dataclass(frozen=True)
-class _Life:
-    store: Store
-    layout: RunLayout
-    config: Path
-    ids: frozenset[str]
-    deadline: float
 
 
 def _last_line(text: str) -> str:

@@ -13,6 +13,7 @@ from typing import Final
 
 from spoteval.clouds.base import ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.events.base import Capture, EventReader
+from spoteval.providers import UnknownProvider, facts
 
 EventsFactory = Callable[[Capture, StackOutputs, PlaneOptions], EventReader]
 
@@ -42,19 +43,22 @@ def _kubernetes_events(capture: Capture, outputs: StackOutputs, options: PlaneOp
     return kubernetes.connect(capture, outputs.node_ids[0])
 
 
-#: provider name -> the reader of the events its stack keeps (Nebius and Runpod keep none)
+#: provider key -> the reader of the events its stack keeps (Nebius and Runpod keep none)
 EVENT_READERS: Final[dict[str, EventsFactory]] = {
     "aws": _aws_events,
     "gcp": _gcp_events,
     "azure": _azure_events,
-    "kubernetes": _kubernetes_events,
     "k8s": _kubernetes_events,
 }
 
 
 def open_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
     """The reader of the stack's event capture; ControlPlaneError for a provider that has none."""
-    factory = EVENT_READERS.get(outputs.provider)
+    try:
+        key = facts(outputs.provider).key
+    except UnknownProvider as exc:
+        raise ControlPlaneError(str(exc)) from None
+    factory = EVENT_READERS.get(key)
     if factory is None:
         raise ControlPlaneError(f"{outputs.provider}: spot-eval has no reader of this provider's events")
     return factory(capture, outputs, options)

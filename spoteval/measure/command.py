@@ -23,6 +23,8 @@ from spoteval.measure.inputs import Inputs, load_inputs
 from spoteval.measure.phases import GCP_KEY_ENV, PROG, MeasureError
 from spoteval.measure.probe import read_events
 from spoteval.measure.render import plot, print_plan, print_report
+from spoteval.providers import Lacks, UnknownProvider, facts
+from spoteval.providers import provider as facts_provider
 from spoteval.record import RunLayout
 from spoteval.store import Store
 
@@ -63,6 +65,15 @@ class Options:
         )
 
 
+def _preempt_option(key: str) -> str | None:
+    """The plane option a simulated preemption needs on this provider (spoteval/providers/)."""
+    try:
+        option = facts_provider(facts(key).key).PREEMPT_OPTION
+    except UnknownProvider as exc:
+        raise MeasureError(str(exc)) from None
+    return None if isinstance(option, Lacks) else option.name
+
+
 def run(options: Options, out: Console, err: Console) -> int:
     """Show the plan, or (with `yes`) measure and report; the exit code."""
     inputs = options.inputs()
@@ -74,7 +85,8 @@ def run(options: Options, out: Console, err: Console) -> int:
         )
     grant.check_region(outputs.region, "outputs.region")
     grant.check_instance_type(outputs.instance_type, "outputs.instance_type")
-    if options.mode == "preempt" and outputs.provider == "aws" and not options.fis_template:
+    needs = _preempt_option(outputs.provider)
+    if options.mode == "preempt" and needs == "fis_template_id" and not options.fis_template:
         raise MeasureError(
             "--mode preempt on aws needs --fis-template ID (aws:ec2:send-spot-instance-interruptions)"
         )

@@ -13,7 +13,7 @@ Nothing is started: only prices are read, by the readers.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -24,6 +24,7 @@ from spoteval.offers.prices import MARKETS, Clock, PriceReader, read_prices, utc
 from spoteval.offers.rank import Candidate, Ranking, rank_offers, stack_candidates
 from spoteval.placement import CONCURRENCY_PER, PlacementError, Workload
 from spoteval.placement.inputs import read_stack_settings, stack_grant, stack_workload
+from spoteval.providers import Lacks, UnknownProvider, provider
 from spoteval.stack import declarable_markets
 
 #: where the GCP Catalog and Azure Retail Prices are asked (a test points them at a loopback fake;
@@ -88,38 +89,73 @@ def read_stack(name: str, stacks_dir: Path | None) -> StackOffers:
     return stack_offers(name, settings)
 
 
+ReaderFactory = Callable[[Sequence["StackOffers"], Mapping[str, str], str], PriceReader]
+
+
+def _aws(stacks: Sequence[StackOffers], env: Mapping[str, str], currency: str) -> PriceReader:
+    from spoteval.offers.aws import AwsPrices
+
+    return AwsPrices(zones={s.region: s.zone for s in stacks if s.zone})
+
+
+def _gcp(stacks: Sequence[StackOffers], env: Mapping[str, str], currency: str) -> PriceReader:
+    from spoteval.clouds.gcp import CATALOG_URL
+    from spoteval.offers.gcp import KEY_ENV, GcpPrices
+
+    return GcpPrices(
+        env.get(KEY_ENV) or None, currency=currency, catalog_url=env.get(GCP_CATALOG_ENV) or CATALOG_URL
+    )
+
+
+def _azure(stacks: Sequence[StackOffers], env: Mapping[str, str], currency: str) -> PriceReader:
+    from spoteval.offers.azure import AzurePrices
+    from spoteval.price import AZURE_PRICES_URL
+
+    return AzurePrices(currency=currency, prices_url=env.get(AZURE_PRICES_ENV) or AZURE_PRICES_URL)
+
+
+def _runpod(stacks: Sequence[StackOffers], env: Mapping[str, str], currency: str) -> PriceReader:
+    from spoteval.offers.runpod import RunpodPrices
+
+    return RunpodPrices()
+
+
+def _nebius(stacks: Sequence[StackOffers], env: Mapping[str, str], currency: str) -> PriceReader:
+    from spoteval.offers.nebius import NebiusPrices
+
+    return NebiusPrices()
+
+
+#: provider key -> the factory of its price reader (from its stacks, the environment, the currency
+#: of its grants); a provider whose `PRICE` is a named none (spoteval/providers/) has none
+PRICE_READERS: Final[Mapping[str, ReaderFactory]] = {
+    "aws": _aws,
+    "gcp": _gcp,
+    "azure": _azure,
+    "runpod": _runpod,
+    "nebius": _nebius,
+}
+
+
 def default_readers(
     stacks: Sequence[StackOffers], env: Mapping[str, str] | None = None
 ) -> dict[str, PriceReader]:
-    """One reader per provider of the stacks, set up from the environment and the stacks' grants."""
-    from spoteval.clouds.gcp import CATALOG_URL
-    from spoteval.offers.aws import AwsPrices
-    from spoteval.offers.azure import AzurePrices
-    from spoteval.offers.gcp import KEY_ENV, GcpPrices
-    from spoteval.offers.nebius import NebiusPrices
-    from spoteval.offers.runpod import RunpodPrices
-    from spoteval.price import AZURE_PRICES_URL
-
+    """One reader per provider of the stacks, set up from the environment and the stacks' grants;
+    none for a provider without a price API (its offers get the reason)."""
     env = os.environ if env is None else env
     currency = {s.provider: s.grant.currency for s in stacks}
     readers: dict[str, PriceReader] = {}
-    for provider in currency:
-        if provider == "aws":
-            zones = {s.region: s.zone for s in stacks if s.provider == "aws" and s.zone}
-            readers["aws"] = AwsPrices(zones=zones)
-        elif provider == "gcp":
-            readers["gcp"] = GcpPrices(
-                env.get(KEY_ENV) or None,
-                currency=currency["gcp"],
-                catalog_url=env.get(GCP_CATALOG_ENV) or CATALOG_URL,
-            )
-        elif provider == "azure":
-            url = env.get(AZURE_PRICES_ENV) or AZURE_PRICES_URL
-            readers["azure"] = AzurePrices(currency=currency["azure"], prices_url=url)
-        elif provider == "runpod":
-            readers["runpod"] = RunpodPrices()
-        elif provider == "nebius":
-            readers["nebius"] = NebiusPrices()
+    for key, money in currency.items():
+        try:
+            lacks = isinstance(provider(key).PRICE, Lacks)
+        except UnknownProvider as exc:
+            raise PlacementError("provider", str(exc)) from None
+        if lacks:
+            continue
+        make = PRICE_READERS.get(key)
+        if make is None:
+            raise PlacementError("provider", f"{key}: its price API has no reader in spoteval/offers/")
+        readers[key] = make([s for s in stacks if s.provider == key], env, money)
     return readers
 
 

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any, Final, Protocol
 
 from spoteval.clouds import Price
+from spoteval.providers import REGISTRY, Lacks
 
 MARKETS: Final = ("spot", "on_demand")
 KINDS: Final = frozenset({"spot_history", "current"})
@@ -142,12 +143,10 @@ class PriceReader(Protocol):
     def read(self, offers: Sequence[Offer], clock: Clock) -> Mapping[Offer, Reading]: ...
 
 
-#: providers that have no price API of their own, and what to do instead
+#: provider key -> why it has no price API of its own, and what to do instead
 NO_PRICE_API: Final[Mapping[str, str]] = {
-    "kubernetes": "a Kubernetes node pool has no price API of its own: its nodes are priced by the "
-    "cloud that runs them (rank that cloud's offers with its stack)",
+    key: p.PRICE.why for key, p in REGISTRY.items() if isinstance(p.PRICE, Lacks)
 }
-NO_PRICE_API_ALIASES: Final[Mapping[str, str]] = {"k8s": "kubernetes"}
 
 
 def read_prices(
@@ -164,7 +163,7 @@ def read_prices(
     for (provider, market), group in groups.items():
         reader = readers.get(provider)
         if reader is None:
-            why = NO_PRICE_API.get(NO_PRICE_API_ALIASES.get(provider, provider))
+            why = NO_PRICE_API.get(provider)
             reason = why or f"no price reader for provider {provider!r}"
             out.update({offer: reason for offer in group})
             continue

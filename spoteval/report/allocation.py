@@ -14,14 +14,8 @@ from typing import Any, Final
 from spoteval import billing
 from spoteval.events.match import has_provider_events, reconcile
 from spoteval.providers import BILLED_FROM_BOOT
-from spoteval.record import (
-    PRIVATE_DETAIL_KEYS,
-    Attempt,
-    Event,
-    format_time,
-    private_identifiers,
-    utc_now,
-)
+from spoteval.record import Attempt, Event, format_time, utc_now
+from spoteval.redaction import PRIVATE_DETAIL_KEYS, private_identifiers
 from spoteval.report.load import DEFAULT_HEARTBEAT_S, LOST_AFTER_HEARTBEATS, Problem
 
 # --- allocations --------------------------------------------------------------------------------

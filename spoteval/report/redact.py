@@ -8,9 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
-from spoteval.record import (
-    private_identifiers,
-)
+from spoteval.redaction import private_identifiers
 from spoteval.report.analysis import RunReport
 from spoteval.report.load import PROBLEM_CATEGORIES, Problem
 

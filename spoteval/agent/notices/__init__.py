@@ -3,7 +3,7 @@ provider.
 
 Each watcher runs in a daemon thread and calls `deliver(notice)` when the capacity is about to go.
 The base URL comes from the config's `metadata_url` (tests point it at a fake); every URL, path,
-header and notice length comes from spoteval/providers.py.
+header and notice length comes from the providers' fact modules (spoteval/providers/).
 
 - base.py     `Notice`, the `Watcher` protocol, `WatchContext`, `PollingWatcher` (the shared loop)
 - http.py     the metadata HTTP helper (never through a proxy; the price lookups use it too)
@@ -44,7 +44,7 @@ from spoteval.agent.notices.base import (
 from spoteval.agent.notices.gcp import GcpWatcher
 from spoteval.agent.notices.http import Reply, http
 from spoteval.agent.notices.sigterm import SignalWatcher
-from spoteval.providers import BY_KEY
+from spoteval.providers import BY_KEY, REGISTRY, Metadata
 
 #: the agent's own provider for a node on the user's machine (drills, tests): SIGTERM only
 LOCAL: Final = "local"
@@ -67,7 +67,7 @@ NOTICE_S: Final[Mapping[str, float]] = {
     key: float(notice) for key in _WITH_WATCHER if (notice := BY_KEY[key].notice_s) is not None
 }
 RESTART_WATCHER_S: Final = 1.0  # a watcher that failed starts again after this long
-#: Seconds from SIGTERM to SIGKILL the agent assumes per provider (conservative; spoteval/providers.py)
+#: Seconds from SIGTERM to SIGKILL the agent assumes per provider (conservative; spoteval/providers/)
 SIGTERM_GRACE_S: Final[Mapping[str, float]] = {
     **{key: facts.sigterm_grace_s for key, facts in BY_KEY.items()},
     LOCAL: LOCAL_SIGTERM_GRACE_S,
@@ -78,13 +78,19 @@ def _no_metadata(ctx: WatchContext) -> Watcher | None:
     return None
 
 
-WATCHERS: Final[Mapping[str, Callable[[WatchContext], Watcher | None]]] = {
+#: the watcher of each metadata service that gives notice (a provider whose `NOTICES` is a metadata
+#: service needs one here; the others send SIGTERM only)
+_METADATA_WATCHERS: Final[Mapping[str, Callable[[WatchContext], Watcher | None]]] = {
     "aws": AwsWatcher,
     "gcp": GcpWatcher,
     "azure": AzureWatcher,
-    "k8s": _no_metadata,
-    "nebius": _no_metadata,
-    "runpod": _no_metadata,
+}
+#: provider key (and `local`) -> its main metadata watcher
+WATCHERS: Final[Mapping[str, Callable[[WatchContext], Watcher | None]]] = {
+    **{
+        key: _METADATA_WATCHERS[key] if isinstance(p.NOTICES, Metadata) else _no_metadata
+        for key, p in REGISTRY.items()
+    },
     LOCAL: _no_metadata,
 }
 
@@ -103,9 +109,12 @@ def provider_watchers(
     provider: str, metadata_url: str | None, poll_s: float | None, log: Log
 ) -> list[Watcher]:
     """The provider's metadata watchers (none for providers that only send SIGTERM)."""
+    first = WATCHERS.get(provider)
+    if first is None:
+        raise ValueError(f"unknown provider {provider!r} (known: {', '.join(WATCHERS)})")
     base = metadata_url or DEFAULT_METADATA_URL.get(provider, "")
     ctx = WatchContext(provider, base.rstrip("/"), poll_s or DEFAULT_POLL_S.get(provider, 5.0), log)
-    made = [make(ctx) for make in (WATCHERS[provider], *MORE_WATCHERS.get(provider, ()))]
+    made = [make(ctx) for make in (first, *MORE_WATCHERS.get(provider, ()))]
     return [w for w in made if w is not None]
 
 
