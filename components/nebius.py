@@ -42,7 +42,7 @@ from components.base import BuildContext, StackOutputs, child, held
 from components.holds import exclusive
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader
-from components.startup import SERVICE, render_startup_script
+from components.startup import OBSTORE_REQUIREMENT, SERVICE, render_startup_script
 from spoteval.provider_rules import NEBIUS_ROLES
 from spoteval.providers import NEBIUS
 from spoteval.record import RunLayout
@@ -162,7 +162,7 @@ def preamble(settings: Settings, secret_id: str, key_id: str) -> str:
             f"[ -x {VENV}/bin/python ] || python3 -m venv {VENV}"
             " || { apt-get update -qq && apt-get install -y -qq python3-venv"
             f" && python3 -m venv {VENV}; }}\n",
-            f"{VENV}/bin/pip install -q --disable-pip-version-check 'obstore>=0.8' '{NEBIUS_SDK}'\n",
+            f"{VENV}/bin/pip install -q --disable-pip-version-check '{OBSTORE_REQUIREMENT}' '{NEBIUS_SDK}'\n",
             "cat > /opt/spot-eval/nebius_keys.py <<'SPOT_EVAL_EOF'\n",
             _keys_py(),
             "SPOT_EVAL_EOF\n",

@@ -45,6 +45,7 @@ from spoteval.harness import names_harness
 from spoteval.harness.shards import episode_command
 from spoteval.harness.shipping import ResolvedEval
 from spoteval.providers import AWS, AZURE, BY_KEY, GCP, NEBIUS, STOP_MARGIN_S, VM_KEYS
+from spoteval.store import OBSTORE_REQUIREMENT
 
 SERVICE: Final = "spot-eval-agent.service"
 CACHE_DIR: Final = "/mnt/spot-eval-cache"
@@ -68,7 +69,6 @@ CONTAINER_PYTHON: Final = "python3"
 NODE_ID_PLACEHOLDER: Final = "@NODE_ID@"
 #: AWS refuses user data above 16 KB (before base64)
 AWS_USER_DATA_LIMIT: Final = 16 * 1024
-OBSTORE_REQUIREMENT: Final = "obstore>=0.8"
 _EOF: Final = "SPOT_EVAL_EOF"
 
 

@@ -38,9 +38,17 @@ __all__ = [
     "GrantError",
     "Refusal",
     "Spend",
+    "above_price_cap",
     "billed_intervals",
     "spend",
 ]
+
+
+def above_price_cap(per_hour: float, price_cap: float | None) -> bool:
+    """The price-cap rule, one for every place that applies it (a start refused, a declared max price
+    refused, a running node stopped): a price above the cap; no cap, nothing is above it."""
+    return price_cap is not None and per_hour > price_cap
+
 
 GRANT_KEYS: Final = frozenset(
     {"budget", "price_cap", "currency", "regions", "instance_types", "max_runtime_hours", "idle_minutes"}
@@ -120,7 +128,7 @@ class Grant:
 
     def check_max_price(self, max_price: float, key: str = "max_price") -> None:
         """A declared max price (bid) must not exceed the hourly cap."""
-        if self.price_cap is not None and max_price > self.price_cap:
+        if above_price_cap(max_price, self.price_cap):
             raise GrantError(key, f"{max_price} per hour is above the grant's price_cap {self.price_cap}")
 
     # --- spending checks (read the run record; they never start anything) -------------------
@@ -194,7 +202,7 @@ class Grant:
                 f"the price now is in {currency} but the grant's price_cap is in {self.currency}",
                 "stop_rule:price_cap",
             )
-        if per_hour > self.price_cap:
+        if above_price_cap(per_hour, self.price_cap):
             raise Refusal(
                 key,
                 f"the price now, {per_hour:g} {currency} per hour, is above the grant's price_cap "

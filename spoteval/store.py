@@ -35,6 +35,9 @@ from obstore.exceptions import (
 )
 from obstore.store import from_url
 
+#: the obstore the project needs, the one pin: the node installs it (components/startup.py), and
+#: pyproject.toml and requirements.txt say the same (tests/test_obstore_pin.py)
+OBSTORE_REQUIREMENT: Final = "obstore>=0.12.1"
 SCHEMES: Final = ("s3", "gs", "az", "file", "memory")
 _CLIENT_KEYS: Final = frozenset(
     {

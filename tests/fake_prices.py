@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from spoteval.clouds.gcp import COMPUTE_SERVICE
+from spoteval.apis.gcp_billing import COMPUTE_SERVICE
 from tests.fake_api import FakeApi, Reply, Request
 
 GCP_KEY = "catalog-key"

@@ -12,8 +12,9 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from spoteval.apis.gcp_billing import COMPUTE_SERVICE, MachineShape, gpu_tokens, unit_price
 from spoteval.clouds import ControlPlaneError, PlaneOptions, StackOutputs
-from spoteval.clouds.gcp import COMPUTE_SERVICE, GcpPlane, MachineShape, catalog_price, gpu_tokens, unit_price
+from spoteval.clouds.gcp import GcpPlane, catalog_price
 from tests.fake_api import FakeApi, Reply, Request
 
 PROJECT, ZONE, NAME = "evals-prj", "us-central1-a", "gpu-1"

@@ -324,8 +324,8 @@ def test_each_stack_exports_where_its_capture_is_declared() -> None:
 
 
 def test_every_event_fact_has_its_source_and_a_reader_exactly_where_a_capture_exists() -> None:
-    from spoteval.clouds.registry import EVENT_READERS
     from spoteval.events.facts import EVENT_HISTORY
+    from spoteval.events.readers import EVENT_READERS
 
     assert {h.source.checked for h in EVENT_HISTORY.values()} == {"2026-12-01"}
     assert all(h.source.url.startswith("https://") for h in EVENT_HISTORY.values())

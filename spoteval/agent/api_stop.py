@@ -24,6 +24,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from spoteval.apis.runpod import RunpodApi, RunpodError
 from spoteval.cli import OneLineParser
 from spoteval.providers import BY_KEY
 
@@ -44,8 +45,6 @@ def command(provider: str, python: str | None = None) -> tuple[str, ...]:
 
 def runpod_stop(env: Mapping[str, str], timeout: float) -> str:
     """Ask Runpod to stop this pod; returns the pod id."""
-    from spoteval.clouds.runpod import RunpodApi, RunpodError
-
     pod_id = env.get(RUNPOD_POD_ENV, "")
     if not pod_id:
         raise StopError(f"{RUNPOD_POD_ENV} is not set (Runpod sets it inside a pod)")

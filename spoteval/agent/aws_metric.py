@@ -9,8 +9,8 @@ that is gone (crashed, never started, hung without publishing) stops the node to
 part: episodes that wait on the model server keep the CPU near zero and still publish 1.
 
 `PutMetricData` is a CloudWatch Query API call (a form POST, as the AWS SDKs send it), signed here
-with the standard library (Signature Version 4; the instance role's credentials from IMDSv2, or the
-standard AWS_* variables: spoteval/agent/aws_price.py). `AWS_ENDPOINT_URL_CLOUDWATCH` (else
+with the standard library (Signature Version 4, `spoteval.apis.sigv4`; the instance role's credentials
+from IMDSv2, or the standard AWS_* variables: `spoteval.apis.imds`). `AWS_ENDPOINT_URL_CLOUDWATCH` (else
 `AWS_ENDPOINT_URL`), the AWS SDKs' endpoint override, points it elsewhere (tests: a moto server).
 A failed publish is logged and retried at the next interval: the metric is a guard, never a
 reason for the run to stop.
@@ -18,57 +18,19 @@ reason for the run to stop.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import threading
-import urllib.parse
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Final
 
-from spoteval.agent.aws_price import _ALGORITHM, Credentials, _hmac, _quote, credentials
 from spoteval.agent.config import AgentConfig
-from spoteval.agent.notices import http
+from spoteval.apis.http import request
+from spoteval.apis.imds import credentials
+from spoteval.apis.sigv4 import FORM_CONTENT_TYPE, sign_form_post
 from spoteval.provider_rules import AWS_AGENT_METRIC
 from spoteval.providers import REGISTRY, AgentMetric
 
-FORM_CONTENT_TYPE: Final = "application/x-www-form-urlencoded; charset=utf-8"
-
-
-def sign_form_post(
-    url: str,
-    params: Mapping[str, str],
-    creds: Credentials,
-    *,
-    region: str,
-    service: str,
-    now: datetime,
-) -> tuple[bytes, dict[str, str]]:
-    """Signature Version 4 for a form-encoded Query API POST: (body, headers to send)."""
-    host = urllib.parse.urlsplit(url).netloc
-    path = urllib.parse.urlsplit(url).path or "/"
-    body = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(params.items())).encode()
-    amz_date = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    day = amz_date[:8]
-    headers = {"content-type": FORM_CONTENT_TYPE, "host": host, "x-amz-date": amz_date}
-    if creds.session_token:
-        headers["x-amz-security-token"] = creds.session_token
-    signed = ";".join(sorted(headers))
-    canonical_headers = "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers))
-    canonical = "\n".join(["POST", path, "", canonical_headers, signed, hashlib.sha256(body).hexdigest()])
-    scope = f"{day}/{region}/{service}/aws4_request"
-    to_sign = "\n".join([_ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    key = _hmac(("AWS4" + creds.secret_access_key).encode(), day)
-    for part in (region, service, "aws4_request"):
-        key = _hmac(key, part)
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    out = {k: v for k, v in headers.items() if k != "host"}
-    credential = f"{creds.access_key_id}/{scope}"
-    out["Authorization"] = (
-        f"{_ALGORITHM} Credential={credential}, SignedHeaders={signed}, Signature={signature}"
-    )
-    return body, out
+__all__ = ["FORM_CONTENT_TYPE", "endpoint", "publishes", "put_has_work", "sign_form_post", "start_publisher"]
 
 
 def endpoint(region: str, environ: Mapping[str, str] | None = None) -> str:
@@ -103,7 +65,7 @@ def put_has_work(
     }
     url = endpoint(region, environ)
     body, headers = sign_form_post(url, params, creds, region=region, service=m.service, now=when)
-    reply = http(url, method="POST", headers=headers, data=body, timeout=5.0)
+    reply = request(url, method="POST", headers=headers, data=body, timeout=5.0)
     if reply.status != 200:
         raise OSError(f"PutMetricData answered {reply.status}: {reply.body[:200]!r}")
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from spoteval.agent.aws_price import spot_price_now
 from spoteval.agent.config import AgentConfig
 from spoteval.agent.notices import http
+from spoteval.apis.aws_spot import spot_price_now
 from spoteval.price import AZURE_PRICES_URL, Price, retail_items, retail_price, retail_prices_url
 
 __all__ = ["PRICE_APIS", "Price", "aws_spot_price", "azure_retail_price", "resolve_price"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spoteval.agent.config import StopRules
+from spoteval.grant import above_price_cap
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def should_stop(state: RunState, rules: StopRules) -> Stop | None:
     if state.remaining == 0 and state.running == 0:
         return Stop("done")
     price = state.price_per_hour
-    if rules.price_cap is not None and price is not None and price > rules.price_cap:
+    if price is not None and above_price_cap(price, rules.price_cap):
         return Stop(
             "stop_rule:price_cap",
             {"price_cap": rules.price_cap, "price_per_hour": price, "remaining": state.remaining},

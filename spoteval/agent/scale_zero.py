@@ -32,8 +32,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Final
 
-from spoteval.agent.aws_price import credentials, sign_query_get
 from spoteval.agent.notices import Reply, http
+from spoteval.apis.imds import credentials
+from spoteval.apis.sigv4 import sign_query_get
 from spoteval.pool_engines import POOL_SCALE
 from spoteval.providers import AZURE, GCP
 

@@ -3,8 +3,9 @@
 Credentials, region and endpoint come from the standard environment as boto3 reads it
 (`AWS_PROFILE`, `AWS_ACCESS_KEY_ID`, ..., `AWS_ENDPOINT_URL`); the region is the stack's.
 
-- Price: `describe_spot_price_history` for the node's instance type and zone; the newest entry is
-  the effective price (`price_source` `api`). On-demand nodes, or no history: the configured price.
+- Price: `describe_spot_price_history` for the node's instance type and zone; the newest entry
+  (`spoteval.apis.aws_spot`) is the effective price (`price_source` `api`). On-demand nodes, or no
+  history: the configured price.
 - Stop/start: `stop_instances` / `start_instances`, then polling `describe_instances`. A spot
   instance that EC2 stopped by an interruption can only be restarted by EC2 (persistent request):
   `start()` then waits for EC2 to bring it back. A stop by the stack's idle alarm or runtime
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from spoteval.apis import aws_spot
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     CapacityError,
@@ -79,28 +81,14 @@ def _error(exc: Exception) -> str:
 
 def spot_price(history: Sequence[SpotPriceTypeDef], instance_type: str, zone: str | None) -> Price | None:
     """The newest Linux spot price for the type (and zone) in a price history, or None."""
-    entries = [
-        e
-        for e in history
-        if e.get("InstanceType") == instance_type
-        and (not zone or e.get("AvailabilityZone") == zone)
-        and str(e.get("ProductDescription", "")).startswith("Linux/UNIX")
-        and "SpotPrice" in e
-    ]
-    if not entries:
+    found = aws_spot.newest(aws_spot.from_sdk(history), instance_type, zone)
+    if found is None:
         return None
-    oldest = datetime.min.replace(tzinfo=timezone.utc)
-    newest = max(entries, key=lambda e: e.get("Timestamp") or oldest)
-    stamp = newest.get("Timestamp")
     return Price(
-        float(newest["SpotPrice"]),
+        found.per_hour,
         "USD",
         "api",
-        {
-            "zone": newest.get("AvailabilityZone"),
-            "since": stamp.astimezone(timezone.utc).isoformat() if stamp else None,
-            "product": newest.get("ProductDescription"),
-        },
+        {"zone": found.zone or None, "since": found.timestamp or None, "product": found.product},
     )
 
 
@@ -190,7 +178,7 @@ class AwsPlane:
         zone = self._zone()
         kwargs: dict[str, Any] = {
             "InstanceTypes": [self.outputs.instance_type],
-            "ProductDescriptions": ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+            "ProductDescriptions": list(aws_spot.PRODUCTS),
             "StartTime": datetime.now(timezone.utc),
         }
         if zone:

@@ -11,18 +11,17 @@ asking about state or price never starts or stops anything.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any, Final, Protocol, TypeVar, cast
 
+from spoteval.apis.http import json_object
 from spoteval.price import Price
 from spoteval.providers import BY_KEY as PROVIDER_KEYS
 from spoteval.providers import PROVIDERS as PROVIDER_FACTS
-from spoteval.record import MARKETS
+from spoteval.record import MARKETS, Event
 
 #: Normalised node states; each provider maps its own words onto these and keeps the original in `raw`.
 STATUSES: Final = frozenset({"pending", "running", "stopping", "stopped", "terminated", "unknown"})
@@ -144,6 +143,35 @@ class StackOutputs:
             extra={k: v for k, v in raw.items() if k not in OUTPUT_KEYS},
         )
 
+    def event(
+        self,
+        time: datetime,
+        node: str,
+        kind: str,
+        reason: str | None,
+        *,
+        price: Price | None,
+        details: Mapping[str, Any],
+    ) -> Event:
+        """An event of the run record for `node` of this stack, at the price read for it (the start
+        and stop events the measurement and the operator write)."""
+        return Event(
+            time=time,
+            run_id=self.run_id,
+            node=node,
+            kind=kind,
+            reason=reason,
+            provider=self.provider,
+            region=self.region,
+            zone=self.zone,
+            instance_type=self.instance_type,
+            market=self.market,
+            price_per_hour=price.per_hour if price else None,
+            currency=price.currency if price else None,
+            price_source=price.source if price else "unknown",
+            details=details,
+        )
+
 
 @dataclass(frozen=True)
 class PlaneOptions:
@@ -234,18 +262,7 @@ HttpGet = Callable[[str], Mapping[str, Any]]
 
 def http_get_json(url: str) -> Mapping[str, Any]:
     """GET a JSON object; errors name the URL without its query (which may carry an API key)."""
-    where = url.split("?", maxsplit=1)[0]
-    try:
-        with urllib.request.urlopen(url, timeout=30) as reply:
-            data = json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        body = exc.read()[:300].decode(errors="replace")
-        raise ControlPlaneError(f"GET {where}: HTTP {exc.code}: {body}") from None
-    except (OSError, ValueError) as exc:
-        raise ControlPlaneError(f"GET {where}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ControlPlaneError(f"GET {where}: the answer is not a JSON object")
-    return data
+    return json_object(url, ControlPlaneError, label="GET ", timeout=30)
 
 
 def wait_for(

@@ -9,7 +9,7 @@ from the options (`GcpOptions.project`, else `GOOGLE_CLOUD_PROJECT`) and the zon
   GCP has no API to preempt a VM on request: `simulate_preemption()` stops it, as
   `gcloud compute instances stop` does in GCP's own advice.
 - Price: with a Cloud Billing API key, the Catalog's Compute Engine SKUs
-  (`{COMPUTE_SERVICE}/skus`): the machine type's vCPUs x the family's
+  (`spoteval.apis.gcp_billing`): the machine type's vCPUs x the family's
   "Spot Preemptible <FAMILY> Instance Core" price + its GiB of memory x the "... Instance Ram" price
   + each GPU x the "Spot Preemptible <GPU> GPU" price, for SKUs whose `serviceRegions` list the
   region. Without a key, or when a part has no SKU: the configured price.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -28,6 +27,8 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
 
+from spoteval.apis import gcp_billing
+from spoteval.apis.gcp_billing import CATALOG_URL, SPOT, MachineShape, shape_price
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     CapacityError,
@@ -45,10 +46,6 @@ from spoteval.price import Price
 from spoteval.providers import GCP
 from spoteval.providers import gcp as gcp_facts
 
-assert GCP.price is not None and GCP.price.url is not None
-#: the Cloud Billing Catalog and its Compute Engine service (spoteval/providers/gcp.py)
-COMPUTE_SERVICE: Final = GCP.price.names["compute_service"]
-CATALOG_URL: Final[str] = GCP.price.url
 _STATES: Final = {
     "PROVISIONING": "pending",
     "STAGING": "pending",
@@ -61,89 +58,16 @@ _STATES: Final = {
     "TERMINATED": "stopped",
 }
 _PATH = re.compile(r"(?:^|/)projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$")
-_CORE = re.compile(r"^Spot Preemptible (?P<family>\S+)(?: Predefined)? Instance Core running in ")
-_RAM = re.compile(r"^Spot Preemptible (?P<family>\S+)(?: Predefined)? Instance Ram running in ")
-_GPU = re.compile(
-    r"^(?:Spot Preemptible (?P<a>.+?) GPU running in "
-    r"|(?P<b>.+?) GPU attached to Spot Preemptible VMs running in )"
-)
-_GPU_NOISE: Final = frozenset({"nvidia", "tesla", "gpu", "amd"})
 #: error codes of a start that mean no capacity (or quota) now (spoteval/providers/gcp.py)
 CAPACITY_CODES: Final = gcp_facts.CAPACITY_CODES
 
 
-def gpu_tokens(name: str) -> frozenset[str]:
-    """A GPU name as a set of tokens, so `nvidia-tesla-t4` matches `Nvidia Tesla T4`."""
-    return frozenset(t for t in re.split(r"[^a-z0-9]+", name.lower()) if t and t not in _GPU_NOISE)
-
-
-def unit_price(sku: Mapping[str, Any]) -> tuple[float, str, str] | None:
-    """(price per unit, currency, usage unit) of a Catalog SKU's newest pricing, first tier."""
-    infos = sku.get("pricingInfo") or []
-    if not infos:
-        return None
-    expression = infos[-1].get("pricingExpression") or {}
-    rates = expression.get("tieredRates") or []
-    if not rates:
-        return None
-    rate = min(rates, key=lambda r: float(r.get("startUsageAmount") or 0))
-    money = rate.get("unitPrice") or {}
-    value = int(money.get("units") or 0) + int(money.get("nanos") or 0) / 1e9
-    return value, str(money.get("currencyCode") or "USD"), str(expression.get("usageUnit") or "")
-
-
-@dataclass(frozen=True)
-class MachineShape:
-    family: str
-    vcpus: int
-    memory_gib: float
-    gpus: tuple[tuple[str, int], ...]
-
-
 def catalog_price(skus: Iterable[Mapping[str, Any]], region: str, shape: MachineShape) -> Price | None:
     """The spot price of `shape` in `region` from Catalog SKUs, or None when a part has no SKU."""
-    core: tuple[float, str] | None = None
-    ram: tuple[float, str] | None = None
-    gpu: dict[frozenset[str], tuple[float, str]] = {}
-    used: list[str] = []
-    wanted_gpus = {gpu_tokens(name) for name, _ in shape.gpus}
-    for sku in skus:
-        if region not in (sku.get("serviceRegions") or []):
-            continue
-        description = str(sku.get("description") or "")
-        if "Custom" in description or "Sole Tenancy" in description:
-            continue
-        priced = unit_price(sku)
-        if priced is None:
-            continue
-        value, currency, unit = priced
-        if (m := _CORE.match(description)) and m["family"].lower() == shape.family and unit == "h":
-            core = (value, currency)
-        elif (
-            (m := _RAM.match(description)) and m["family"].lower() == shape.family and unit.startswith("GiBy")
-        ):
-            ram = (value, currency)
-        elif (m := _GPU.match(description)) and unit == "h":
-            tokens = gpu_tokens(m["a"] or m["b"])
-            if tokens in wanted_gpus:
-                gpu[tokens] = (value, currency)
-        else:
-            continue
-        used.append(description)
-    missing = []
-    if core is None:
-        missing.append(f"Spot Preemptible {shape.family.upper()} Instance Core")
-    if ram is None:
-        missing.append(f"Spot Preemptible {shape.family.upper()} Instance Ram")
-    missing += [f"Spot Preemptible {n} GPU" for n, _ in shape.gpus if gpu_tokens(n) not in gpu]
-    if missing or core is None or ram is None:
+    found = shape_price(skus, region, shape, SPOT)
+    if found is None:
         return None
-    currencies = {core[1], ram[1], *(c for _, c in gpu.values())}
-    if len(currencies) != 1:
-        return None
-    total = shape.vcpus * core[0] + shape.memory_gib * ram[0]
-    total += sum(count * gpu[gpu_tokens(name)][0] for name, count in shape.gpus)
-    return Price(round(total, 6), currencies.pop(), "api", {"skus": sorted(set(used)), "region": region})
+    return Price(found.per_hour, found.currency, "api", {"skus": list(found.skus), "region": region})
 
 
 @dataclass(frozen=True)
@@ -256,21 +180,14 @@ class GcpPlane:
         return MachineShape(family, int(mt.guest_cpus), int(mt.memory_mb) / 1024, tuple(sorted(gpus.items())))
 
     def _skus(self) -> Iterator[Mapping[str, Any]]:
-        token = ""
-        key = self.own.billing_api_key or ""
-        for _ in range(1000):
-            query = {"key": key, "currencyCode": self.config.currency, "pageSize": "5000"}
-            if token:
-                query["pageToken"] = token
-            page = self.http_get(f"{self.catalog_url}/{COMPUTE_SERVICE}/skus?{urllib.parse.urlencode(query)}")
-            skus = page.get("skus") or []
-            if not isinstance(skus, list):
-                raise ControlPlaneError("gcp Catalog: `skus` is not a list")
-            yield from (s for s in skus if isinstance(s, Mapping))
-            token = str(page.get("nextPageToken") or "")
-            if not token:
-                return
-        raise ControlPlaneError("gcp Catalog: more than 1000 pages")
+        return gcp_billing.skus(
+            self.http_get,
+            self.own.billing_api_key or "",
+            self.config.currency,
+            ControlPlaneError,
+            catalog_url=self.catalog_url,
+            label="gcp Catalog",
+        )
 
     def price_now(self) -> Price:
         if not self.own.billing_api_key:

@@ -21,16 +21,14 @@ in the record.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
+from spoteval.apis import kubeconfig
 from spoteval.clouds.base import (
     ControlPlaneError,
     NodeState,
@@ -105,18 +103,7 @@ class KubernetesPlane:
 
     @classmethod
     def connect(cls, outputs: StackOutputs, node: str, config: PlaneOptions) -> KubernetesPlane:
-        # KUBECONFIG is read now: the client library reads it once, when it is imported.
-        kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
-        try:
-            k8s_config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        except (ConfigException, OSError) as first:
-            try:
-                k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except ConfigException as exc:
-                raise ControlPlaneError(
-                    f"kubernetes: no usable kubeconfig ({kubeconfig}: {first}) and not in a cluster ({exc})"
-                ) from None
-        api = k8s.ApiClient()
+        api = kubeconfig.api_client(ControlPlaneError)
         return cls(outputs, node, config, k8s.CoreV1Api(api), k8s.AppsV1Api(api))
 
     @property

@@ -1,5 +1,6 @@
 """Provider (the stack's `provider` output) -> its control plane, as its fact module names it
-(`PLANE`, `GROUP_PLANE` in spoteval/providers/), and the readers of the events its stack keeps.
+(`PLANE`, `GROUP_PLANE` in spoteval/providers/); the readers of the events its stack keeps sit
+above the planes, in spoteval/events/readers.py.
 
 Provider SDKs are imported only when a plane is opened, so using one provider never needs the
 others installed. An unknown provider is a ControlPlaneError naming the known ones.
@@ -8,18 +9,13 @@ others installed. An unknown provider is a ControlPlaneError naming the known on
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from spoteval.clouds.base import ControlPlane, ControlPlaneError, PlaneOptions, StackOutputs
 from spoteval.providers import Provider, UnknownProvider, facts, provider, registered
 
-if TYPE_CHECKING:
-    from spoteval.events.base import Capture, EventReader
-
 Factory = Callable[[StackOutputs, str, PlaneOptions], ControlPlane]
-EventsFactory = Callable[["Capture", StackOutputs, PlaneOptions], "EventReader"]
 
 
 @runtime_checkable
@@ -83,55 +79,6 @@ def open_plane(
             )
         return _load(found.GROUP_PLANE).connect(outputs, node, options)
     return _load(found.PLANE).connect(outputs, node, options)
-
-
-# --- readers of the provider's own event history (spoteval/events/) --------------------------------
-
-
-def _aws_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import aws
-
-    return aws.connect(capture, outputs.region)
-
-
-def _gcp_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import gcp
-
-    return gcp.connect(capture)
-
-
-def _azure_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import azure
-
-    subscription = options.own("azure").get("subscription") or os.environ.get("AZURE_SUBSCRIPTION_ID")
-    return azure.connect(capture, subscription)
-
-
-def _kubernetes_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    from spoteval.events import kubernetes
-
-    return kubernetes.connect(capture, outputs.node_ids[0])
-
-
-#: provider name -> the reader of the events its stack keeps (Nebius and Runpod keep none)
-EVENT_READERS: Final[dict[str, EventsFactory]] = {
-    "aws": _aws_events,
-    "gcp": _gcp_events,
-    "azure": _azure_events,
-    "k8s": _kubernetes_events,
-}
-
-
-def open_events(capture: Capture, outputs: StackOutputs, options: PlaneOptions) -> EventReader:
-    """The reader of the stack's event capture; ControlPlaneError for a provider that has none."""
-    try:
-        key = _provider(outputs.provider).KEY
-    except UnknownProvider as exc:
-        raise ControlPlaneError(str(exc)) from None
-    factory = EVENT_READERS.get(key)
-    if factory is None:
-        raise ControlPlaneError(f"{outputs.provider}: spot-eval has no reader of this provider's events")
-    return factory(capture, outputs, options)
 
 
 #: The flat option names of the restart measurement's command line -> (provider, the option's key

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from spoteval.apis import kubeconfig
 from spoteval.events.base import Capture, EventsError, ProviderEvent, time_of
 from spoteval.events.facts import EVENT_HISTORY
 from spoteval.record import format_time
@@ -66,20 +67,6 @@ class PodConditionReader:
 
 
 def connect(capture: Capture, job: str) -> PodConditionReader:
-    import os
-
     from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
-    from kubernetes.config.config_exception import ConfigException
 
-    kubeconfig = os.environ.get("KUBECONFIG") or "~/.kube/config"
-    try:
-        k8s_config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except (ConfigException, OSError) as first:
-        try:
-            k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except ConfigException as exc:
-            raise EventsError(
-                f"kubernetes: no usable kubeconfig ({kubeconfig}: {first}) and not in a cluster ({exc})"
-            ) from None
-    return PodConditionReader(capture, job, k8s.CoreV1Api(k8s.ApiClient()))
+    return PodConditionReader(capture, job, k8s.CoreV1Api(kubeconfig.api_client(EventsError)))

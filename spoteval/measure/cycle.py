@@ -157,20 +157,12 @@ class Measurement:
     # --- the record ---------------------------------------------------------------------------
 
     def write(self, kind: str, reason: str | None, price: Price | None, details: Mapping[str, Any]) -> Event:
-        event = Event(
-            time=utc_now(),
-            run_id=self.outputs.run_id,
-            node=self.plane.node,
-            kind=kind,
-            reason=reason,
-            provider=self.outputs.provider,
-            region=self.outputs.region,
-            zone=self.outputs.zone,
-            instance_type=self.outputs.instance_type,
-            market=self.outputs.market,
-            price_per_hour=price.per_hour if price else None,
-            currency=price.currency if price else None,
-            price_source=price.source if price else "unknown",
+        event = self.outputs.event(
+            utc_now(),
+            self.plane.node,
+            kind,
+            reason,
+            price=price,
             details={"source": PROG, "mode": self.mode, **details},
         )
         data = event.dumps()

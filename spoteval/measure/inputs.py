@@ -1,8 +1,11 @@
-"""What the restart measurement runs against: the stack's outputs, its grant, what its config adds."""
+"""What the restart measurement runs against: the stack's outputs, its grant, what its config adds.
+
+`read_stack` is the one reader of a stack's inputs; the operator (`spoteval.operate.inputs`) reads
+with it too, wording only `pulumi stack output`'s failures its own way."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,38 +100,84 @@ def workload_price(config: Mapping[str, Any], market: str) -> float | None:
     return float(value)
 
 
+@dataclass(frozen=True)
+class StackRead:
+    """A stack as the measurement and the operator read it: its parsed outputs, its grant (a grant
+    file's, else the stack file's, else none), where the outputs came from, the stack file's
+    `spot-eval:` settings and the stack file (None for saved outputs)."""
+
+    outputs: StackOutputs
+    grant: Grant
+    source: str
+    settings: Mapping[str, Any]
+    path: Path | None
+
+    @property
+    def configured_price(self) -> float | None:
+        return workload_price(self.settings, self.outputs.market)
+
+    @property
+    def provider_block(self) -> Mapping[str, Any]:
+        block = self.settings.get(self.outputs.provider)
+        return block if isinstance(block, Mapping) else {}
+
+
+def read_stack(
+    *,
+    stack: str | None,
+    outputs_file: str | None,
+    stacks_dir: Path | None,
+    grant_file: str | None,
+    error: type[Exception],
+    stack_output: Callable[[str], Any],
+    refuse_empty: bool = False,
+) -> StackRead:
+    """The one reader of a stack's inputs: `stack`'s file and outputs (`stack_output(stack)`, which
+    words its own failures), or the `outputs_file`; every problem is `error` with one line. With
+    `refuse_empty`, outputs that are empty (a stack never deployed) are refused by name."""
+    settings: Mapping[str, Any] = {}
+    path: Path | None = None
+    grant = Grant()
+    try:
+        if stack:
+            path, settings = stack_config(stacks_dir, stack)
+            grant = Grant.parse(settings.get("grant"), where=f"{path}: spot-eval:grant")
+            raw = stack_output(stack)
+            source = f"stack {stack}"
+            if refuse_empty and (raw == {} or raw is None):
+                raise error(f"--stack {stack}: the stack has no outputs (deploy it with pulumi up first)")
+        else:
+            source = str(outputs_file)
+            try:
+                raw = read_json(Path(source))
+            except DocumentError as exc:
+                raise error(f"--outputs {describe(exc, 'outputs file')}") from None
+            if refuse_empty and raw == {}:
+                raise error(f"--outputs {source}: no outputs (the stack was never deployed?)")
+        if grant_file:
+            grant = load_grant(Path(grant_file))
+        outputs = StackOutputs.parse(raw, where=source)
+    except (MeasureError, GrantError, ControlPlaneError) as exc:
+        raise error(str(exc)) from None
+    return StackRead(outputs, grant, source, settings, path)
+
+
 def load_inputs(
     *, stack: str | None, outputs: str | None, grant: str | None, stacks_dir: str | Path | None
 ) -> Inputs:
     """The outputs (`stack`'s, or the `outputs` file), the grant (a `grant` file, else the stack's)."""
-    config: Mapping[str, Any] = {}
-    if stack:
-        path, config = stack_config(Path(stacks_dir) if stacks_dir else None, stack)
-        raw = stack_outputs(stack)
-        try:
-            allowed = Grant.parse(config.get("grant"), where=f"{path}: spot-eval:grant")
-        except GrantError as exc:
-            raise MeasureError(str(exc)) from None
-        source = f"stack {stack}"
-    else:
-        path = Path(str(outputs))
-        try:
-            raw = read_json(path)
-        except DocumentError as exc:
-            raise MeasureError(f"--outputs {describe(exc, 'outputs file')}") from None
-        allowed = Grant()
-        source = str(path)
-    if grant:
-        allowed = load_grant(Path(grant))
-    try:
-        parsed = StackOutputs.parse(raw, where=source)
-    except ControlPlaneError as exc:
-        raise MeasureError(str(exc)) from None
-    block = config.get(parsed.provider)
+    read = read_stack(
+        stack=stack,
+        outputs_file=outputs,
+        stacks_dir=Path(stacks_dir) if stacks_dir else None,
+        grant_file=grant,
+        error=MeasureError,
+        stack_output=stack_outputs,
+    )
     return Inputs(
-        parsed,
-        allowed,
-        source,
-        configured_price=workload_price(config, parsed.market),
-        provider_block=block if isinstance(block, Mapping) else {},
+        read.outputs,
+        read.grant,
+        read.source,
+        configured_price=read.configured_price,
+        provider_block=read.provider_block,
     )

@@ -23,6 +23,7 @@ from typing import Any, Final
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from spoteval.apis import aws_spot
 from spoteval.clouds.aws import spot_price
 from spoteval.offers.prices import Clock, Offer, OfferPrice, PriceUnavailable, Reading, api_price
 
@@ -77,7 +78,7 @@ class AwsPrices:
             ec2 = self.session(region).client("ec2")
             pages = ec2.get_paginator("describe_spot_price_history").paginate(
                 InstanceTypes=types,
-                ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+                ProductDescriptions=list(aws_spot.PRODUCTS),
                 StartTime=clock(),
             )
             history = [entry for page in pages for entry in page.get("SpotPriceHistory", [])]

@@ -2,37 +2,27 @@
 
 A machine type has no SKU of its own: its price is its vCPUs x the family's core SKU + its GiB x the
 family's RAM SKU + its GPUs x the GPU SKU, for SKUs whose `serviceRegions` list the region (vCPUs,
-memory and GPUs from `spoteval.offers.instances`). Spot offers use the `Preemptible` SKUs through
-`spoteval.clouds.gcp.catalog_price` ("Spot Preemptible G2 Instance Core running in Americas");
-on-demand offers the `OnDemand` ones ("G2 Instance Core running in Americas", "Nvidia L4 GPU running
-in Americas"). Catalog prices are list prices in force now (spot prices change at most once a
-month), so the kind is `current`, the scope `region`. The Catalog needs an API key
+memory and GPUs from `spoteval.offers.instances`), read and priced by `spoteval.apis.gcp_billing`.
+Spot offers use the `Preemptible` SKUs ("Spot Preemptible G2 Instance Core running in Americas");
+on-demand offers the `OnDemand` ones ("G2 Instance Core running in Americas", "Nvidia L4 GPU
+running in Americas"). Catalog prices are list prices in force now (spot prices change at most
+once a month), so the kind is `current`, the scope `region`. The Catalog needs an API key
 (`SPOTEVAL_GCP_BILLING_API_KEY`, as for the restart measurement).
 """
 
 from __future__ import annotations
 
-import re
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
+from spoteval.apis import gcp_billing
+from spoteval.apis.gcp_billing import CATALOG_URL, ON_DEMAND, MachineShape, shape_price
 from spoteval.clouds import ControlPlaneError, HttpGet, Price, http_get_json
-from spoteval.clouds.gcp import (
-    CATALOG_URL,
-    COMPUTE_SERVICE,
-    MachineShape,
-    catalog_price,
-    gpu_tokens,
-    unit_price,
-)
+from spoteval.clouds.gcp import catalog_price
 from spoteval.offers.instances import shape_of
 from spoteval.offers.prices import Clock, Offer, OfferPrice, PriceUnavailable, Reading, api_price
 
 KEY_ENV: Final = "SPOTEVAL_GCP_BILLING_API_KEY"
-_CORE = re.compile(r"^(?P<family>[A-Z0-9]+)(?: Predefined)? Instance Core running in ")
-_RAM = re.compile(r"^(?P<family>[A-Z0-9]+)(?: Predefined)? Instance Ram running in ")
-_GPU = re.compile(r"^(?P<gpu>.+?) GPU running in ")
 
 
 def on_demand_catalog_price(
@@ -40,39 +30,10 @@ def on_demand_catalog_price(
 ) -> Price | None:
     """The on-demand price of `shape` in `region` from `OnDemand` Catalog SKUs, or None when a part
     has no SKU (the counterpart of `spoteval.clouds.gcp.catalog_price` for spot)."""
-    core = ram = None
-    gpu: dict[frozenset[str], tuple[float, str]] = {}
-    wanted = {gpu_tokens(name) for name, _ in shape.gpus}
-    used: list[str] = []
-    for sku in skus:
-        description = str(sku.get("description") or "")
-        if region not in (sku.get("serviceRegions") or []) or "Custom" in description:
-            continue
-        if "Sole Tenancy" in description or "Commitment" in description or "Spot" in description:
-            continue
-        priced = unit_price(sku)
-        if priced is None:
-            continue
-        value, currency, unit = priced
-        if (m := _CORE.match(description)) and m["family"].lower() == shape.family and unit == "h":
-            core = (value, currency)
-        elif (
-            (m := _RAM.match(description)) and m["family"].lower() == shape.family and unit.startswith("GiBy")
-        ):
-            ram = (value, currency)
-        elif (m := _GPU.match(description)) and unit == "h" and gpu_tokens(m["gpu"]) in wanted:
-            gpu[gpu_tokens(m["gpu"])] = (value, currency)
-        else:
-            continue
-        used.append(description)
-    if core is None or ram is None or any(gpu_tokens(n) not in gpu for n, _ in shape.gpus):
+    found = shape_price(skus, region, shape, ON_DEMAND)
+    if found is None:
         return None
-    currencies = {core[1], ram[1], *(c for _, c in gpu.values())}
-    if len(currencies) != 1:
-        return None
-    total = shape.vcpus * core[0] + shape.memory_gib * ram[0]
-    total += sum(count * gpu[gpu_tokens(name)][0] for name, count in shape.gpus)
-    return Price(round(total, 6), currencies.pop(), "api", {"skus": sorted(set(used)), "region": region})
+    return Price(found.per_hour, found.currency, "api", {"skus": list(found.skus), "region": region})
 
 
 def machine_shape(instance_type: str) -> MachineShape | None:
@@ -101,21 +62,9 @@ class GcpPrices:
         self.http_get = http_get
 
     def _skus(self) -> Iterator[Mapping[str, Any]]:
-        token = ""
-        for _ in range(1000):
-            query = {"key": self.api_key or "", "currencyCode": self.currency, "pageSize": "5000"}
-            if token:
-                query["pageToken"] = token
-            url = f"{self.catalog_url}/{COMPUTE_SERVICE}/skus?{urllib.parse.urlencode(query)}"
-            page = self.http_get(url)
-            skus = page.get("skus") or []
-            if not isinstance(skus, list):
-                raise PriceUnavailable("Catalog: `skus` is not a list")
-            yield from (s for s in skus if isinstance(s, Mapping))
-            token = str(page.get("nextPageToken") or "")
-            if not token:
-                return
-        raise PriceUnavailable("Catalog: more than 1000 pages")
+        return gcp_billing.skus(
+            self.http_get, self.api_key or "", self.currency, PriceUnavailable, catalog_url=self.catalog_url
+        )
 
     def read(self, offers: Sequence[Offer], clock: Clock) -> dict[Offer, Reading]:
         if not self.api_key:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spoteval.clouds.runpod import GpuPrice, RunpodApi, RunpodError
+from spoteval.apis.runpod import GpuPrice, RunpodApi, RunpodError
 from spoteval.offers.prices import Clock, Offer, OfferPrice, PriceUnavailable, Reading, api_price
 from spoteval.providers import RUNPOD
 

@@ -1,7 +1,8 @@
 """What the operator runs against: a stack's outputs, its grant, and the control plane of each node.
 
-The stack is read with `spoteval.stack` (the file `stacks/Pulumi.NAME.yaml` and `pulumi stack
-output`), or from saved outputs (`--outputs FILE.json`) and a grant file. Problems are an
+The stack is read by the one reader of a stack's inputs (`spoteval.measure.inputs.read_stack`: the
+file `stacks/Pulumi.NAME.yaml` and `pulumi stack output`), or from saved outputs (`--outputs
+FILE.json`) and a grant file. Problems are an
 `OperateError` with one line naming the stack, file or key; nothing is started while reading.
 """
 
@@ -22,22 +23,13 @@ from spoteval.clouds import (
     StackOutputs,
     open_plane,
 )
-from spoteval.config_reader import DocumentError, describe, read_mapping
-from spoteval.grant import Grant, GrantError
+from spoteval.grant import Grant
 from spoteval.measure import inputs as measure_inputs
-from spoteval.measure.inputs import workload_price
 from spoteval.measure.phases import MeasureError
 from spoteval.operate.deadline import DeadlineWatch
 from spoteval.placement.live import live_policy
 from spoteval.placement.workload import PlacementError, Workload, parse_workload
-from spoteval.stack import (
-    StackNotFound,
-    StackOutputError,
-    find_stack,
-    pulumi_stack_output,
-    read_json,
-    stack_settings,
-)
+from spoteval.stack import StackOutputError, pulumi_stack_output
 
 GCP_KEY_ENV: Final = "SPOTEVAL_GCP_BILLING_API_KEY"
 
@@ -83,13 +75,6 @@ def deadline_watch(inputs: Inputs) -> DeadlineWatch | None:
     return DeadlineWatch(inputs.workload, policy, inputs.stack) if policy else None
 
 
-def _document(path: Path, what: str) -> object:
-    try:
-        return read_mapping(path, json_first=True)
-    except DocumentError as exc:
-        raise OperateError(describe(exc, what)) from None
-
-
 def load_grant(path: Path) -> Grant:
     try:
         return measure_inputs.load_grant(path)
@@ -97,57 +82,39 @@ def load_grant(path: Path) -> Grant:
         raise OperateError(str(exc)) from None
 
 
+def _stack_output(stack: str) -> Any:
+    """`pulumi stack output` of the stack, its failure worded for the operator."""
+    try:
+        return pulumi_stack_output(stack, timeout_s=300)
+    except StackOutputError as exc:
+        lines = (exc.stderr or exc.stdout).strip().splitlines()
+        detail = {"no-cli": "the pulumi CLI is not on PATH (or pass --outputs FILE.json)"}.get(
+            exc.reason, lines[-1] if lines else str(exc)
+        )
+        raise OperateError(f"--stack {stack}: pulumi stack output: {detail}") from None
+
+
 def load_inputs(
     *, stack: str | None, outputs_file: str | None, stacks_dir: Path | None, grant_file: str | None
 ) -> Inputs:
     """The outputs and grant of `--stack NAME` (its file and `pulumi stack output`) or `--outputs`."""
-    settings: Mapping[str, Any] = {}
-    grant = Grant()
-    where = "workload"
-    if stack is not None:
-        try:
-            path = find_stack(stack, stacks_dir)
-            where = f"{path}: spot-eval:workload"
-        except StackNotFound as exc:
-            raise OperateError(str(exc)) from None
-        settings = stack_settings(_document(path, "stack file"))
-        try:
-            grant = Grant.parse(settings.get("grant"), where=f"{path}: spot-eval:grant")
-            raw = pulumi_stack_output(stack, timeout_s=300)
-        except GrantError as exc:
-            raise OperateError(str(exc)) from None
-        except StackOutputError as exc:
-            lines = (exc.stderr or exc.stdout).strip().splitlines()
-            detail = {"no-cli": "the pulumi CLI is not on PATH (or pass --outputs FILE.json)"}.get(
-                exc.reason, lines[-1] if lines else str(exc)
-            )
-            raise OperateError(f"--stack {stack}: pulumi stack output: {detail}") from None
-        source = f"stack {stack}"
-        if raw == {} or raw is None:
-            raise OperateError(f"--stack {stack}: the stack has no outputs (deploy it with pulumi up first)")
-    else:
-        assert outputs_file is not None
-        try:
-            raw = read_json(Path(outputs_file))
-        except DocumentError as exc:
-            raise OperateError(f"--outputs {describe(exc, 'outputs file')}") from None
-        source = outputs_file
-        if raw == {}:
-            raise OperateError(f"--outputs {outputs_file}: no outputs (the stack was never deployed?)")
-    if grant_file:
-        grant = load_grant(Path(grant_file))
-    try:
-        outputs = StackOutputs.parse(raw, where=source)
-    except ControlPlaneError as exc:
-        raise OperateError(str(exc)) from None
-    block = settings.get(outputs.provider)
+    read = measure_inputs.read_stack(
+        stack=stack,
+        outputs_file=outputs_file,
+        stacks_dir=stacks_dir,
+        grant_file=grant_file,
+        error=OperateError,
+        stack_output=_stack_output,
+        refuse_empty=True,
+    )
+    where = f"{read.path}: spot-eval:workload" if read.path is not None else "workload"
     found = Inputs(
-        outputs,
-        grant,
-        source,
-        configured_price=workload_price(settings, outputs.market),
-        provider_block=block if isinstance(block, Mapping) else {},
-        workload=_deadline_workload(settings, where),
+        read.outputs,
+        read.grant,
+        read.source,
+        configured_price=read.configured_price,
+        provider_block=read.provider_block,
+        workload=_deadline_workload(read.settings, where),
         stack=stack,
     )
     return replace(found, watch=deadline_watch(found))

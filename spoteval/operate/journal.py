@@ -204,21 +204,8 @@ class Journal:
         details: Mapping[str, Any],
     ) -> Event:
         name = record_node(node)
-        event = Event(
-            time=time,
-            run_id=self.outputs.run_id,
-            node=name,
-            kind=kind,
-            reason=reason,
-            provider=self.outputs.provider,
-            region=self.outputs.region,
-            zone=self.outputs.zone,
-            instance_type=self.outputs.instance_type,
-            market=self.outputs.market,
-            price_per_hour=price.per_hour if price else None,
-            currency=price.currency if price else None,
-            price_source=price.source if price else "unknown",
-            details={"source": SOURCE, **details},
+        event = self.outputs.event(
+            time, name, kind, reason, price=price, details={"source": SOURCE, **details}
         )
         self._put(lambda seq: self.layout.event(time, name, seq), event.dumps(), f"a {kind} event")
         return event

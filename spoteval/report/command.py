@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from spoteval.clouds.base import ControlPlaneError, PlaneOptions, StackOutputs
-from spoteval.clouds.registry import open_events
 from spoteval.config_reader import DocumentError, describe, read_mapping
 from spoteval.events.base import Capture, EventsError, Recorded, record
+from spoteval.events.readers import open_events
 from spoteval.placement import PlacementError
 from spoteval.placement.inputs import check_given, stack_workload
 from spoteval.report.as_json import report_json

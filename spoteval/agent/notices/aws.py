@@ -1,28 +1,22 @@
 """AWS: IMDSv2 spot instance-action (stop work by its `time`) and rebalance recommendation (recorded,
-work continues). A session token first (`PUT` with the TTL header), then every `poll_s` both paths
-with the token; 404 means nothing is scheduled."""
+work continues). Every `poll_s` both paths through the one IMDSv2 client (`spoteval.apis.imds`,
+its session token included); 404 means nothing is scheduled."""
 
 from __future__ import annotations
 
 import contextlib
-import time
 from datetime import timedelta
 from typing import Final
 
 from spoteval.agent.notices.base import Notice, PollingWatcher, WatchContext, json_object
-from spoteval.agent.notices.http import Reply, http
+from spoteval.apis.http import Reply
+from spoteval.apis.imds import PATHS, TOKEN_TTL_MAX_S, Imds
 from spoteval.providers import AWS
 from spoteval.record import RecordError, parse_time, utc_now
 
-_METADATA = AWS.metadata
-assert _METADATA is not None and _METADATA.token_header and _METADATA.token_ttl_header
-assert _METADATA.token_ttl_max_s is not None and AWS.notice_s is not None
+assert AWS.notice_s is not None
 #: seconds from a notice to the reclaim when the notice carries no time
 NOTICE_S: Final = float(AWS.notice_s)
-TOKEN_HEADER: Final = _METADATA.token_header
-TOKEN_TTL_HEADER: Final = _METADATA.token_ttl_header
-TOKEN_TTL_S: Final = _METADATA.token_ttl_max_s
-PATHS: Final = _METADATA.paths
 
 
 class AwsWatcher(PollingWatcher):
@@ -33,32 +27,11 @@ class AwsWatcher(PollingWatcher):
 
     def __init__(self, ctx: WatchContext) -> None:
         super().__init__(ctx)
-        self._token: str | None = None
-        self._token_expires = 0.0
+        self._imds = Imds(ctx.base_url, ttl_s=TOKEN_TTL_MAX_S)
         self._seen: set[bytes] = set()
 
-    def _get_token(self) -> str:
-        if self._token is None or time.monotonic() > self._token_expires:
-            reply = http(
-                self.ctx.base_url + PATHS["token"],
-                method="PUT",
-                headers={TOKEN_TTL_HEADER: str(TOKEN_TTL_S)},
-            )
-            if reply.status != 200 or not reply.body:
-                raise OSError(f"IMDSv2 token request answered {reply.status}")
-            try:
-                self._token = reply.body.decode("ascii").strip()
-            except UnicodeDecodeError:
-                raise OSError("IMDSv2 token is not text") from None
-            self._token_expires = time.monotonic() + TOKEN_TTL_S - 60
-        return self._token
-
     def _get(self, path: str) -> Reply:
-        reply = http(self.ctx.base_url + path, headers={TOKEN_HEADER: self._get_token()})
-        if reply.status == 401:  # token expired or revoked: fetch a new one once
-            self._token = None
-            reply = http(self.ctx.base_url + path, headers={TOKEN_HEADER: self._get_token()})
-        return reply
+        return self._imds.get(path)
 
     def check(self) -> list[Notice]:
         """One poll of both endpoints; each distinct notice is returned once."""
