@@ -45,7 +45,7 @@ from spoteval.harness import names_harness
 from spoteval.harness.shards import episode_command
 from spoteval.harness.shipping import ResolvedEval
 from spoteval.providers import AWS, AZURE, BY_KEY, GCP, NEBIUS, STOP_MARGIN_S, VM_KEYS
-from spoteval.store import OBSTORE_REQUIREMENT
+from spoteval.store import OBSTORE_REQUIREMENT as OBSTORE_REQUIREMENT  # noqa: PLC0414 (re-exported)
 
 SERVICE: Final = "spot-eval-agent.service"
 CACHE_DIR: Final = "/mnt/spot-eval-cache"

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from spoteval.store import Store
-from tests import test_agent_run
 from tests.conftest import StoreTarget
 from tests.fake_metadata import (
     AgentProcess,
@@ -26,8 +25,6 @@ from tests.fake_metadata import (
 from tests.test_agent_run import GATED_EPISODE, _setup
 
 pytestmark = pytest.mark.timing
-
-agents = test_agent_run.agents  # the fixture: agents started here are cleaned up after the test
 
 
 def standin_pids(agent: AgentProcess) -> list[int]:

@@ -28,7 +28,8 @@ from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
 
 from spoteval.apis import gcp_billing
-from spoteval.apis.gcp_billing import CATALOG_URL, SPOT, MachineShape, shape_price
+from spoteval.apis.gcp_billing import CATALOG_URL as CATALOG_URL  # noqa: PLC0414 (re-exported)
+from spoteval.apis.gcp_billing import SPOT, MachineShape, shape_price
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
     CapacityError,

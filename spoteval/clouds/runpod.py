@@ -31,7 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from spoteval.apis.runpod import GpuPrice, Pod, RunpodApi, RunpodError
+from spoteval.apis.runpod import GpuPrice, Pod
+from spoteval.apis.runpod import RunpodApi as RunpodApi  # noqa: PLC0414 (re-exported)
+from spoteval.apis.runpod import RunpodError as RunpodError  # noqa: PLC0414 (re-exported)
 from spoteval.apis.runpod import number as _number
 from spoteval.clouds.base import (
     PRIVATE_ADDRESS_KINDS,
