@@ -22,6 +22,9 @@ that reaches only what the node needs, with the `pulumi-nebius` provider.
   (components/startup.py). With `recovery_policy: FAIL` a shutdown from inside the guest stops
   the VM and does not restart it (instance.proto), so the agent's `on_done: poweroff` ends the bill
   for compute.
+- Bid (components/nebius_price.py): a spot node with a price cap gets a `BillingV1PricingPolicy`
+  whose per-GPU `max_price` is the cap over the preset's GPUs, rounded down to 3 decimals, and
+  references it (`spot_pricing_policy`); without a cap it follows the spot price.
 - Stop rules: max runtime and idle go to the agent (Nebius has no built-in one); the price cap is
   checked against the grant before anything is declared (components/settings.py) and before each
   start by the control plane's callers (spoteval/grant.py).
@@ -40,6 +43,7 @@ import pulumi_nebius as nebius
 
 from components.base import BuildContext, StackOutputs, child, held
 from components.holds import exclusive
+from components.nebius_price import pricing_policy
 from components.s3_objects import s3_compatible_provider, upload
 from components.settings import CommonKeyRules, Settings, SettingsError, SettingsReader
 from components.startup import OBSTORE_REQUIREMENT, SERVICE, render_startup_script
@@ -309,6 +313,7 @@ class NebiusNode(pulumi.ComponentResource):
                 preemptible=(
                     nebius.ComputeV1InstancePreemptibleArgs(on_preemption="STOP") if s.node.spot else None
                 ),
+                spot_pricing_policy=pricing_policy(name, s, project, self),
                 recovery_policy="FAIL",
                 service_account_id=account.id,
                 cloud_init_user_data=script,

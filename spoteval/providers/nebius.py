@@ -29,6 +29,13 @@ _NB_METADATA = "https://docs.nebius.com/compute/virtual-machines/metadata"
 _NB_TERMS = "https://docs.nebius.com/legal/specific-terms/compute"
 _NB_PRICE = "https://github.com/nebius/api/tree/main/nebius/billing/v1alpha1"
 _NB_STORAGE = "https://docs.nebius.com/object-storage/interfaces/aws-cli"
+_NB_PRICING = "https://github.com/nebius/api/blob/main/nebius/billing/v1/pricing_policy.proto"
+_NB_BID = Source(
+    _NB_PRICING,
+    note="pulumi-nebius 0.6.73 / nebius SDK billing.v1 MaxPriceV1: per-GPU hourly USD, decimal "
+    "string, 3 digits; the instance's spot_pricing_policy {id}: above it the VM is preempted; "
+    "mutable only while no VM runs under the policy; checked 2026-12-02",
+)
 _NB_GUEST_SHUTDOWN = Source(
     _NB_PROTO,
     note="recovery_policy FAIL: a guest shutdown stops the VM, not restarted; preemptible.priority: "
@@ -64,7 +71,7 @@ FACTS: Final = ProviderFacts(
     "it through the API; with recovery_policy FAIL a shutdown from inside stops the VM",
     address="a dynamic public IP is released on stop; a static one (or an allocation) stays",
     default_address="ephemeral",
-    takes_bid=False,
+    takes_bid=True,
     markets=("spot", "on_demand"),
     os_poweroff=None,
     os_poweroff_billed=None,
@@ -79,7 +86,8 @@ FACTS: Final = ProviderFacts(
         (_NB_PRICE, "price"),
         (_NB_STORAGE, "api_urls"),
         (_NB_TERMS, "billed_from_boot"),
-        (_NB_PROTO, "restart takes_bid"),
+        (_NB_PROTO, "restart"),
+        (_NB_BID, "takes_bid"),
         (_NB_GUEST_SHUTDOWN, "os_poweroff os_poweroff_billed api_stop"),
     ),
 )
@@ -102,6 +110,16 @@ EVENTS: Final = Lacks(
 )
 #: presets carry their GPU count in their name (`1gpu-16vcpu-200gb`): no table
 INSTANCE_TYPES: Final[Mapping[str, InstanceShape]] = {}
+#: `MaxPriceV1.max_price`: "Per-GPU hourly limit in USD, decimal string 3 digits precision"
+#: (nebius SDK billing.v1 and pulumi-nebius 0.6.73, checked 2026-12-02; source: _NB_BID)
+MAX_PRICE_DECIMALS: Final = 3
+MAX_PRICE_SOURCE: Final = _NB_BID
+#: How a price preemption is told apart: the compute API's InstanceStatus (state, reconciling,
+#: maintenance_event_id, ...) has no stop reason (nebius SDK compute.v1, checked 2026-12-02); the
+#: pricing policy's `status.scheduling_state` SCHEDULING_STATE_BLOCKED says "the maxPrice limit is
+#: below the market price in force", a state of the policy, not a cause of one stop: a price
+#: preemption is not told apart from a capacity one [unconfirmed: no Nebius field names it].
+STOP_REASON: Final = Lacks("stop reason", "no per-VM stop reason in compute.v1 InstanceStatus", _NB_BID)
 _GPUS: Final = re.compile(r"^(\d+)gpu-")
 
 
