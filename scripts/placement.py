@@ -37,8 +37,8 @@ from spoteval.placement import (
     LoadedWorkload,
     PlacementError,
 )
-from spoteval.placement.from_run import FromRun as FromRun  # noqa: PLC0414 (INPUT_HOOKS, tests)
 from spoteval.placement.render import plot, render_report
+from spoteval.report.from_run import FromRun
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_NONE = 0, 2, 3
 

@@ -15,8 +15,8 @@ from spoteval.clouds import ControlPlane, NodeState, PlaneConfig, Price, StackOu
 from spoteval.clouds.nebius import NebiusPlane
 from spoteval.clouds.runpod import RunpodApi, RunpodPlane
 from spoteval.grant import Grant
+from spoteval.node_status import DONE, PREEMPTED, SERVING, STOPPED_BY_RULE
 from spoteval.operate import Operator, Timing
-from spoteval.operate.status import DONE, PREEMPTED, SERVING, STOPPED_BY_RULE
 from tests import servers
 from tests.fake_api import FakeApi
 from tests.fake_nebius import FakeNebius, State

@@ -9,9 +9,7 @@ import pytest
 
 from spoteval.clouds import NodeState, Price
 from spoteval.grant import Grant
-from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, WAIT, NodeView, Timing, decide
-from spoteval.operate.journal import RunView
-from spoteval.operate.status import (
+from spoteval.node_status import (
     PREEMPTED,
     SERVING,
     STOPPED,
@@ -20,6 +18,8 @@ from spoteval.operate.status import (
     node_status,
     record_node,
 )
+from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, WAIT, NodeView, Timing, decide
+from spoteval.operate.journal import RunView
 from spoteval.record import Event
 from tests.operate_kit import T0
 

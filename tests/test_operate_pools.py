@@ -15,8 +15,8 @@ from azure.mgmt.compute import ComputeManagementClient
 from spoteval.clouds import ControlPlaneError, PlaneConfig, PlaneOptions, StackOutputs, open_plane
 from spoteval.clouds.groups import AwsGroupPlane, AzureScaleSetPlane, group_state
 from spoteval.grant import Grant
+from spoteval.node_status import DONE, PREEMPTED, SERVING, STOPPED_BY_RULE
 from spoteval.operate import Operator, Timing
-from spoteval.operate.status import DONE, PREEMPTED, SERVING, STOPPED_BY_RULE
 from tests import servers
 from tests.fake_api import FakeApi, Reply, Request
 from tests.operate_kit import Clock, Record

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from spoteval.grant import Grant
+from spoteval.node_status import PREEMPTED, SERVING, STOPPED, node_status
 from spoteval.operate import Operator, Timing
-from spoteval.operate.status import PREEMPTED, SERVING, STOPPED, node_status
 from spoteval.report import analyse, load_run
 from tests.fake_api import FakeApi
 from tests.operate_kit import T0, Clock, Record

@@ -15,9 +15,9 @@ from spoteval.billing import POOL_KEY, is_pool, pool_wall_hours, runtime_hours, 
 from spoteval.claims import Pool
 from spoteval.clouds import NodeState, Price
 from spoteval.grant import Grant, Refusal
+from spoteval.node_status import node_status
 from spoteval.operate.decide import READ_PRICE, REFUSE, STOP, WAIT, NodeView, Timing, decide
 from spoteval.operate.journal import RunView
-from spoteval.operate.status import node_status
 from spoteval.record import Event
 from spoteval.store import Store
 from tests.operate_kit import T0

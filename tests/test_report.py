@@ -537,8 +537,9 @@ def test_placement_from_run_reads_the_same_record(
     built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from scripts import placement as placement_cli
+    from spoteval.report.from_run import FromRun
 
-    monkeypatch.setattr(placement_cli, "INPUT_HOOKS", [placement_cli.FromRun()])
+    monkeypatch.setattr(placement_cli, "INPUT_HOOKS", [FromRun()])
     workload = tmp_path / "w.yaml"
     workload.write_text(
         "episodes: 10\nepisode_minutes: 1\nconcurrency: 1\nlifetime_hours: 9\n"
@@ -618,7 +619,7 @@ def test_a_run_without_a_restart_names_what_it_could_not_measure(tmp_path: Path)
 
 
 def test_node_status_is_the_operators_reading_of_the_record(built: Built) -> None:
-    from spoteval.operate.status import node_status
+    from spoteval.node_status import node_status
 
     statuses = {st.node: (st.status, st.reason) for st in report.node_statuses(built.report)}
     # A stopped itself when its share was done (the run is not: two episodes have no result), B was

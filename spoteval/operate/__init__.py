@@ -7,10 +7,10 @@
 - `loop`: the `Operator` that observes, decides, acts and records, node by node.
 """
 
+from spoteval.node_status import LABELS, NodeStatus, node_status, record_node
 from spoteval.operate.decide import Action, NodeView, Timing, decide
 from spoteval.operate.journal import Journal, Note, RunView, read_run
 from spoteval.operate.loop import Line, Operator, engine_restarts
-from spoteval.operate.status import LABELS, NodeStatus, node_status, record_node
 
 __all__ = [
     "LABELS",

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from spoteval.node_status import SERVING, NodeStatus, record_node
 from spoteval.operate.journal import Journal, Note, RunView
-from spoteval.operate.status import SERVING, NodeStatus, record_node
 from spoteval.placement.live import MARKET_OF, Advice, RunNow, advise, flip_command
 from spoteval.placement.workload import Workload
 

@@ -36,8 +36,7 @@ from typing import Final
 from spoteval.billing import is_pool, runtime_hours
 from spoteval.clouds import Price
 from spoteval.grant import Grant, GrantError, Refusal
-from spoteval.operate.journal import RunView
-from spoteval.operate.status import (
+from spoteval.node_status import (
     DONE,
     PREEMPTED,
     SERVING,
@@ -47,6 +46,7 @@ from spoteval.operate.status import (
     NodeStatus,
     node_events,
 )
+from spoteval.operate.journal import RunView
 
 WAIT: Final = "wait"
 READ_PRICE: Final = "read_price"

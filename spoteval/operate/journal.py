@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from spoteval.clouds import Price, StackOutputs
 from spoteval.manifest import parse_manifest
-from spoteval.operate.status import Refusal, record_node
+from spoteval.node_status import Refusal, record_node
 from spoteval.record import (
     Event,
     RecordError,

@@ -23,11 +23,7 @@ from typing import Any, Final
 
 from spoteval.clouds import CapacityError, ControlPlane, ControlPlaneError, NodeState, Price, StackOutputs
 from spoteval.grant import Grant
-from spoteval.operate import deadline
-from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
-from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
-from spoteval.operate.lease import FINISHED, HELD, OperatorLease, Standing
-from spoteval.operate.status import (
+from spoteval.node_status import (
     DONE,
     STOPPED,
     STOPPED_BY_RULE,
@@ -36,6 +32,10 @@ from spoteval.operate.status import (
     node_events,
     node_status,
 )
+from spoteval.operate import deadline
+from spoteval.operate.decide import READ_PRICE, REFUSE, START, STOP, Action, NodeView, Timing, decide
+from spoteval.operate.journal import Journal, Note, RunView, latest, read_run
+from spoteval.operate.lease import FINISHED, HELD, OperatorLease, Standing
 from spoteval.placement.live import Advice
 from spoteval.record import RunLayout, format_time, utc_now
 from spoteval.store import Store, StoreError

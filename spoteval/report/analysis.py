@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from spoteval import placement
 from spoteval.events.match import Ledger, has_provider_events, reconcile
-from spoteval.operate.status import NodeStatus, node_status
+from spoteval.node_status import NodeStatus, node_status
 from spoteval.placement import lifetime
 from spoteval.record import (
     Attempt,
@@ -459,7 +459,7 @@ def _phase_stats(allocs: Sequence[Allocation]) -> dict[str, Stat]:
 
 def node_statuses(report: RunReport) -> list[NodeStatus]:
     """What each node of the run is doing, as the operator and `scripts.operate status` see it from the
-    record (the same function, `spoteval.operate.status.node_status`, without the provider's state)."""
+    record (the same function, `spoteval.node_status.node_status`, without the provider's state)."""
     ep = report.episodes
     run_done = ep.manifest is not None and ep.pending == 0
     nodes = list(dict.fromkeys(a.node for a in report.allocations))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spoteval.figures import hours
-from spoteval.operate.status import SERVING
+from spoteval.node_status import SERVING
 from spoteval.placement.live import MARKET_OF, Advice, RunNow, advise, flip_command, live_policy
 from spoteval.placement.workload import PlacementError, parse_workload
 from spoteval.report.analysis import RunReport, node_statuses

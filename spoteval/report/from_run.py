@@ -1,5 +1,6 @@
 """`--from-run ID --store URL` of `scripts.placement`: the numbers a run record measured, read as the
 run report reads them (spoteval.report.next_run: one reading of a run), refine the loaded workload.
+It sits in the report, above the placement: the placement never reads a run record itself.
 
 The loaded workload (a file, a stack's block) gives what a record cannot know (prices, deadline,
 grant) and what the run did not measure; with neither, the record alone, never the built-in
@@ -12,6 +13,9 @@ import argparse
 
 from spoteval.placement.inputs import LoadedWorkload, check_given
 from spoteval.placement.workload import PlacementError
+from spoteval.report.load import ReportError
+from spoteval.report.next_run import Base, read_next_run
+from spoteval.store import Store, StoreError
 
 
 class FromRun:
@@ -43,12 +47,9 @@ class FromRun:
             raise PlacementError("--from-run", "needs --store URL, the store that holds the run record")
         if loaded is not None:
             check_given(loaded.raw, loaded.where)
-        from spoteval import report
-        from spoteval.store import Store, StoreError
-
         try:
-            nxt = report.read_next_run(Store(url), run_id, report.Base.of(loaded))
-        except (StoreError, report.ReportError) as exc:
+            nxt = read_next_run(Store(url), run_id, Base.of(loaded))
+        except (StoreError, ReportError) as exc:
             raise PlacementError("--from-run", str(exc)) from None
         if nxt.missing:
             given = ", ".join(f"{key} ({why})" for key, why in nxt.missing)
